@@ -1,0 +1,51 @@
+"""Clocks and exact instants.
+
+Every timestamp ctrlrun stores is an aware UTC ``datetime``. Stored as text it is ISO-8601 with
+microseconds and a ``Z`` (so it round-trips exactly and sorts as text); receipts carry
+millisecond precision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+from ctrlrun.errors import InvalidArgument
+
+Clock = Callable[[], datetime]
+"""A zero-argument callable returning the current time as an aware datetime."""
+
+
+def utc_now() -> datetime:
+    """The system clock, in UTC."""
+    return datetime.now(UTC)
+
+
+def check_aware(value: datetime, what: str) -> datetime:
+    """``value`` in UTC; ``InvalidArgument`` if it is naive."""
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidArgument(f"{what} must be timezone-aware, got {value!r}")
+    return value.astimezone(UTC)
+
+
+def check_positive(value: timedelta, what: str) -> timedelta:
+    """``value`` if it is a positive ``timedelta``; ``InvalidArgument`` otherwise."""
+    if not isinstance(value, timedelta) or value <= timedelta(0):
+        raise InvalidArgument(f"{what} must be a positive timedelta, got {value!r}")
+    return value
+
+
+def encode_instant(value: datetime) -> str:
+    """Exact text form: ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` in UTC."""
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def decode_instant(text: str) -> datetime:
+    """Inverse of ``encode_instant`` (also accepts any ISO-8601 text with an offset)."""
+    return datetime.fromisoformat(text).astimezone(UTC)
+
+
+def encode_receipt_instant(value: datetime) -> str:
+    """Receipt form: millisecond precision, ``Z`` suffix."""
+    utc = value.astimezone(UTC)
+    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"

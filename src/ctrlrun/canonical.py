@@ -1,0 +1,114 @@
+"""Canonical JSON, digests and prefixed identifiers.
+
+The canonical form is the one serialisation every hash in ctrlrun is taken over: JSON with keys
+sorted at every depth, no whitespace, non-ASCII emitted as UTF-8 (no escaping, no Unicode
+normalisation: NFC and NFD spellings hash differently, on purpose). Accepted values are ``str``,
+``int`` (``bool`` included, as JSON ``true``/``false``), ``None``, lists and tuples of accepted
+values, and mappings with ``str`` keys. Floats are refused at any depth (money is integer minor
+units), as are NaN, non-string keys, lone surrogates and every other type.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from collections.abc import Mapping
+from typing import Any, Final
+
+from ctrlrun.errors import InvalidArgument
+
+GENESIS_HASH: Final = "sha256:" + "00" * 32
+
+_ENCODER: Final = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+
+
+def plain(value: Any, path: str = "$") -> Any:
+    """``value`` as plain JSON data (dict, list, str, int, bool, None), validated in one walk.
+
+    Raises ``InvalidArgument`` naming the path of the first value that has no canonical form.
+    """
+    kind = type(value)
+    if kind is str:
+        return value
+    if kind is int or kind is bool or value is None:
+        return value
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidArgument(
+                    f"{path}: key {key!r} is a {type(key).__name__}; keys must be str", path=path
+                )
+            out[str.__str__(key)] = plain(item, f"{path}.{key}")
+        return out
+    if isinstance(value, list | tuple):
+        return [plain(item, f"{path}[{index}]") for index, item in enumerate(value)]
+    if isinstance(value, float):
+        raise InvalidArgument(
+            f"{path}: float {value!r} refused; use integer minor units or a decimal string",
+            path=path,
+        )
+    if isinstance(value, bool):  # a bool subclass is still a bool
+        return bool(value)
+    if isinstance(value, str):  # StrEnum and other str subclasses keep their plain value
+        return str.__str__(value)
+    if isinstance(value, int):
+        return int(value)
+    raise InvalidArgument(f"{path}: {type(value).__name__} has no canonical JSON form", path=path)
+
+
+def _encode(value: Any) -> bytes:
+    try:
+        return _ENCODER.encode(plain(value)).encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgument(
+            f"{_surrogate_path(value, '$')}: text is not valid Unicode (lone surrogate)"
+        ) from None
+
+
+def _surrogate_path(value: Any, path: str) -> str:
+    """Where the first unencodable text sits (slow path, only after a failure)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return path
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            found = _surrogate_path(key, path) or _surrogate_path(item, f"{path}.{key}")
+            if found:
+                return found
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            found = _surrogate_path(item, f"{path}[{index}]")
+            if found:
+                return found
+    return ""
+
+
+def canonical_bytes(value: Any) -> bytes:
+    """The canonical JSON bytes of ``value``; ``InvalidArgument`` if it has none."""
+    return _encode(value)
+
+
+def canonical_text(value: Any) -> str:
+    """``canonical_bytes`` as text."""
+    return _encode(value).decode("utf-8")
+
+
+def sha256_hex(data: bytes) -> str:
+    """``sha256:<lowercase hex>`` of ``data``."""
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def digest(value: Any) -> str:
+    """``sha256:<hex>`` of the canonical form of ``value``."""
+    return sha256_hex(canonical_bytes(value))
+
+
+def new_id(prefix: str) -> str:
+    """A fresh identifier: ``<prefix>_`` and 32 lowercase hex digits (128 random bits)."""
+    return f"{prefix}_{secrets.token_hex(16)}"

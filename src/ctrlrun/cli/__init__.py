@@ -1,0 +1,11 @@
+"""The ``ctrlrun`` command line."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.group()
+@click.version_option(package_name="ctrlrun")
+def main() -> None:
+    """ctrlrun: see, answer and settle what agents did."""

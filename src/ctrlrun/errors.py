@@ -1,0 +1,246 @@
+"""The whole exception hierarchy of ctrlrun.
+
+Three branches under one root:
+
+* ``Refused`` — the expected, fail-closed answers a caller handles (``ActionDenied``,
+  ``ApprovalRequired``, ``ApprovalMismatch``, ``DuplicateEffect``, ``AmbiguousEffect``). Each
+  carries a machine-readable ``reason`` from a ``StrEnum``.
+* faults — configuration, argument and store problems (``PolicyError``, ``InvalidArgument``,
+  ``StoreError`` and its children, ``MissingDependency``).
+* the executor's signal ``NotExecuted``: the only exception that means "the remote did nothing".
+
+Every field is keyword-only and survives pickling, so refusals cross process boundaries intact.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+
+class DenyReason(StrEnum):
+    """Why an action was denied."""
+
+    UNKNOWN_ACTION = "unknown_action"
+    NO_PRINCIPAL = "no_principal"
+    POLICY = "policy"
+    NO_MATCHING_RULE = "no_matching_rule"
+    CONDITION_UNEVALUABLE = "condition_unevaluable"
+    EFFECT_KEY_ERROR = "effect_key_error"
+    APPROVAL_DENIED = "approval_denied"
+    ATTEMPT_CEILING = "attempt_ceiling"
+
+
+class MismatchReason(StrEnum):
+    """Why a presented approval does not authorise this action."""
+
+    UNKNOWN = "unknown"
+    MISMATCH = "mismatch"
+    CONSUMED = "consumed"
+    EXPIRED = "expired"
+    PENDING = "pending"
+    ANSWERED = "answered"
+
+
+class DuplicateState(StrEnum):
+    """What a duplicate reservation ran into."""
+
+    COMMITTED = "committed"
+    IN_PROGRESS = "in_progress"
+
+
+class CtrlrunError(Exception):
+    """Root of every exception ctrlrun raises on purpose.
+
+    Subclasses declare their keyword fields; ``__reduce__`` rebuilds them after pickling.
+    """
+
+    def __init__(self, message: str, **fields: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self._fields = fields
+        for name, value in fields.items():
+            setattr(self, name, value)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.message, self._fields))
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready description: the class name, the message and every field."""
+        out: dict[str, Any] = {"error": type(self).__name__, "message": self.message}
+        out.update({k: (str(v) if isinstance(v, StrEnum) else v) for k, v in self._fields.items()})
+        return out
+
+
+def _rebuild(cls: type[CtrlrunError], message: str, fields: dict[str, Any]) -> CtrlrunError:
+    err = cls.__new__(cls)
+    CtrlrunError.__init__(err, message, **fields)
+    return err
+
+
+# --- refusals ----------------------------------------------------------------------------
+
+
+class Refused(CtrlrunError):
+    """An expected, fail-closed refusal. ``reason`` is machine-readable."""
+
+    reason: str
+
+
+class ActionDenied(Refused):
+    """The action may not run. ``reason`` is a ``DenyReason``; ``rule`` the deciding rule index."""
+
+    reason: DenyReason
+    action_id: str | None
+    rule: int | None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: DenyReason,
+        action_id: str | None = None,
+        rule: int | None = None,
+    ) -> None:
+        super().__init__(message, reason=reason, action_id=action_id, rule=rule)
+
+
+class EffectKeyError(ActionDenied):
+    """The effect-key template could not be resolved from the action; the action is denied."""
+
+    placeholder: str | None
+
+    def __init__(
+        self, message: str, *, placeholder: str | None = None, action_id: str | None = None
+    ) -> None:
+        CtrlrunError.__init__(
+            self,
+            message,
+            reason=DenyReason.EFFECT_KEY_ERROR,
+            action_id=action_id,
+            rule=None,
+            placeholder=placeholder,
+        )
+
+
+class ApprovalRequired(Refused):
+    """The action needs a human. Re-invoke inside ``with_approval(request_id)`` once granted."""
+
+    request_id: str
+    action_id: str | None
+
+    def __init__(self, message: str, *, request_id: str, action_id: str | None = None) -> None:
+        super().__init__(
+            message, reason="approval_required", request_id=request_id, action_id=action_id
+        )
+
+
+class ApprovalMismatch(Refused):
+    """The presented approval does not authorise this exact action now."""
+
+    reason: MismatchReason
+    approval_id: str
+
+    def __init__(self, message: str, *, reason: MismatchReason, approval_id: str) -> None:
+        super().__init__(message, reason=reason, approval_id=approval_id)
+
+
+class DuplicateEffect(Refused):
+    """The effect already committed, or another attempt holds a live reservation."""
+
+    state: DuplicateState
+    effect_key: str
+
+    def __init__(self, message: str, *, state: DuplicateState, effect_key: str) -> None:
+        super().__init__(message, reason="duplicate", state=state, effect_key=effect_key)
+
+
+class AmbiguousEffect(Refused):
+    """The effect's outcome is unknown; a retry is refused until a human or a hook resolves it."""
+
+    effect_key: str
+    action_id: str | None
+
+    def __init__(self, message: str, *, effect_key: str, action_id: str | None = None) -> None:
+        super().__init__(message, reason="ambiguous", effect_key=effect_key, action_id=action_id)
+
+
+# --- the executor's signal ---------------------------------------------------------------
+
+
+class NotExecuted(CtrlrunError):
+    """Raised by an executor to assert that the remote did nothing. The effect becomes FAILED.
+
+    Raise it only when non-execution is proven (e.g. the connection was never opened). Any
+    other exception makes the effect AMBIGUOUS.
+    """
+
+    def __init__(self, message: str = "the executor did not execute", **fields: Any) -> None:
+        super().__init__(message, **fields)
+
+
+# --- faults ------------------------------------------------------------------------------
+
+
+class InvalidArgument(CtrlrunError, ValueError):
+    """An input cannot be accepted (not canonicalisable, wrong type, impossible transition)."""
+
+    def __init__(self, message: str, **fields: Any) -> None:
+        super().__init__(message, **fields)
+
+
+class PolicyError(CtrlrunError):
+    """The policy file is missing, unreadable or malformed. Names the key and the line."""
+
+    key: str | None
+    line: int | None
+    path: str | None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        key: str | None = None,
+        line: int | None = None,
+        path: str | None = None,
+    ) -> None:
+        super().__init__(message, key=key, line=line, path=path)
+
+
+class StoreError(CtrlrunError):
+    """The state store could not do what was asked. Never a proof that an effect did not run."""
+
+    def __init__(self, message: str, **fields: Any) -> None:
+        super().__init__(message, **fields)
+
+
+class SchemaMismatch(StoreError):
+    """The store's schema is missing, behind or ahead of this binary; nothing was read or written.
+
+    ``applied`` is what the database records, ``known`` what this binary knows.
+    """
+
+    applied: tuple[str, ...]
+    known: tuple[str, ...]
+    running: str
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        applied: tuple[str, ...] = (),
+        known: tuple[str, ...] = (),
+        running: str = "",
+    ) -> None:
+        super().__init__(message, applied=tuple(applied), known=tuple(known), running=running)
+
+
+class MissingDependency(CtrlrunError, ImportError):
+    """An optional extra is not installed. The message names the exact install line."""
+
+    module: str
+    extra: str
+
+    def __init__(self, *, module: str, extra: str) -> None:
+        message = f"{module} is not installed: pip install 'ctrlrun[{extra}]'"
+        super().__init__(message, module=module, extra=extra)

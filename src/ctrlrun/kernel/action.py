@@ -1,0 +1,170 @@
+"""The proposed action: who wants to do what, to which resource, with which arguments.
+
+An ``Action``'s identity as a *proposal* is its ``action_id`` (fresh per call); its identity as
+*content* is ``action_hash``, the SHA-256 of its canonical form, which excludes the id. Approvals
+bind to the hash; effect reservations bind to the effect key, never to the id.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from ctrlrun.canonical import canonical_bytes, new_id, plain, sha256_hex
+from ctrlrun.errors import InvalidArgument
+
+ACTION_SCHEMA: Final = "ctrlrun.action/v1"
+DEFAULT_ENVIRONMENT: Final = "production"
+
+_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*(\.[A-Za-z_][A-Za-z0-9_-]*)*\Z")
+_ID: Final = re.compile(r"[A-Za-z0-9_.:-]{1,128}\Z")
+
+
+def check_action_name(name: object) -> str:
+    """``name`` if it is a dotted identifier (``stripe.refund``); ``InvalidArgument`` otherwise."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise InvalidArgument(f"action name must be dotted identifiers, got {name!r}")
+    return name
+
+
+def _non_empty(value: object, what: str, *, optional: bool = False) -> str | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidArgument(f"{what} must be a non-empty string, got {value!r}")
+    if "\n" in value or "\r" in value:
+        raise InvalidArgument(f"{what} must be one line, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """On whose behalf an action is taken: the agent, and optionally the user it acts for."""
+
+    agent: str
+    user: str | None = None
+
+    def __post_init__(self) -> None:
+        _non_empty(self.agent, "principal agent")
+        _non_empty(self.user, "principal user", optional=True)
+
+    def to_dict(self) -> dict[str, str | None]:
+        """The principal as it appears in the canonical form and on receipts."""
+        return {"agent": self.agent, "user": self.user}
+
+
+class Action:
+    """A proposed consequential call. Immutable; arguments are validated and copied at creation.
+
+    Raises ``InvalidArgument`` for an empty or malformed name, principal, resource or
+    environment, and for any argument without a canonical JSON form (floats included).
+    """
+
+    __slots__ = (
+        "_args",
+        "_args_text",
+        "_canonical",
+        "_hash",
+        "action_id",
+        "environment",
+        "name",
+        "principal",
+        "resource",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        arguments: Mapping[str, Any],
+        principal: Principal,
+        *,
+        resource: str | None = None,
+        environment: str = DEFAULT_ENVIRONMENT,
+        action_id: str | None = None,
+    ) -> None:
+        if not isinstance(principal, Principal):
+            raise InvalidArgument(f"principal must be a Principal, got {principal!r}")
+        if not isinstance(arguments, Mapping):
+            raise InvalidArgument(f"arguments must be a mapping, got {type(arguments).__name__}")
+        self.name = check_action_name(name)
+        self.principal = principal
+        self.resource = _non_empty(resource, "resource", optional=True)
+        self.environment = _non_empty(environment, "environment") or DEFAULT_ENVIRONMENT
+        if action_id is None:
+            action_id = new_id("act")
+        elif not isinstance(action_id, str) or not _ID.match(action_id):
+            raise InvalidArgument(f"action_id must be 1-128 id characters, got {action_id!r}")
+        self.action_id = action_id
+        self._args: dict[str, Any] = plain(arguments, "arguments")
+        document = {
+            "arguments": self._args,
+            "environment": self.environment,
+            "name": self.name,
+            "principal": principal.to_dict(),
+            "resource": self.resource,
+            "schema": ACTION_SCHEMA,
+        }
+        self._canonical = canonical_bytes(document)
+        self._args_text = json.dumps(self._args, sort_keys=True, ensure_ascii=False)
+        self._hash = sha256_hex(self._canonical)
+
+    @property
+    def action_hash(self) -> str:
+        """``sha256:<hex>`` of the canonical form (the action_id is not part of it)."""
+        return self._hash
+
+    @property
+    def canonical(self) -> bytes:
+        """The canonical bytes the hash is taken over."""
+        return self._canonical
+
+    @property
+    def arguments(self) -> dict[str, Any]:
+        """A fresh, plain copy of the canonical arguments (mutating it changes nothing)."""
+        return json.loads(self._args_text)  # type: ignore[no-any-return]
+
+    canonical_arguments = arguments
+
+    def argument(self, name: str) -> Any:
+        """The argument ``name`` (KeyError if absent). Containers are shared: do not mutate."""
+        return self._args[name]
+
+    def has_argument(self, name: str) -> bool:
+        """Whether the action carries an argument ``name``."""
+        return name in self._args
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stored form: the canonical document plus the action_id."""
+        return {
+            "action_id": self.action_id,
+            "arguments": self.arguments,
+            "environment": self.environment,
+            "name": self.name,
+            "principal": self.principal.to_dict(),
+            "resource": self.resource,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Action:
+        """Rebuild an action stored by ``to_dict`` (same id, same hash)."""
+        principal = data["principal"]
+        return cls(
+            data["name"],
+            data["arguments"],
+            Principal(principal["agent"], principal.get("user")),
+            resource=data.get("resource"),
+            environment=data.get("environment", DEFAULT_ENVIRONMENT),
+            action_id=data["action_id"],
+        )
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Action) and other.action_id == self.action_id
+
+    def __hash__(self) -> int:
+        return hash(self.action_id)
+
+    def __repr__(self) -> str:
+        return f"Action({self.name!r}, action_id={self.action_id!r}, hash={self._hash[:15]}…)"

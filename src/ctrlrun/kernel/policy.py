@@ -1,0 +1,241 @@
+"""The policy: which actions may run, which need a human, which are refused (ARCHITECTURE §2, §6).
+
+Evaluation is pure and fail-closed. An action the policy does not name is denied; rules that
+all miss deny; a condition that cannot be evaluated (its argument absent, a numeric test of a
+non-integer, an equality across JSON types) denies the whole call at that rule rather than
+being skipped, because skipping a deny rule could fall through to an allow. There is no
+default-allow anywhere. Only the action's name and arguments are read, never the principal.
+
+This module imports no parser: ``Policy.from_yaml`` and ``Policy.from_file`` import
+``ctrlrun.config`` when called.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any, Final
+
+from ctrlrun.canonical import digest
+from ctrlrun.errors import DenyReason, InvalidArgument
+from ctrlrun.kernel.action import Action
+from ctrlrun.kernel.policy_document import LineMap, parse_policy_document
+from ctrlrun.kernel.policy_model import (
+    POLICY_SCHEMA,
+    ActionPolicy,
+    Condition,
+    Decision,
+    Op,
+    Rule,
+)
+
+__all__ = [
+    "POLICY_SCHEMA",
+    "ActionPolicy",
+    "Condition",
+    "Decision",
+    "Evaluation",
+    "Op",
+    "Policy",
+    "Reason",
+    "Rule",
+]
+
+
+class Reason(StrEnum):
+    """Why an evaluation came out as it did (machine-readable, recorded on receipts)."""
+
+    DECISION = "decision"
+    RULE = "rule"
+    UNKNOWN_ACTION = "unknown_action"
+    NO_MATCHING_RULE = "no_matching_rule"
+    CONDITION_UNEVALUABLE = "condition_unevaluable"
+
+
+_RULE_REASONS: Final = frozenset({Reason.RULE, Reason.CONDITION_UNEVALUABLE})
+_FAIL_CLOSED: Final = frozenset(
+    {Reason.UNKNOWN_ACTION, Reason.NO_MATCHING_RULE, Reason.CONDITION_UNEVALUABLE}
+)
+_DENY_REASONS: Final = {
+    Reason.DECISION: DenyReason.POLICY,
+    Reason.RULE: DenyReason.POLICY,
+    Reason.UNKNOWN_ACTION: DenyReason.UNKNOWN_ACTION,
+    Reason.NO_MATCHING_RULE: DenyReason.NO_MATCHING_RULE,
+    Reason.CONDITION_UNEVALUABLE: DenyReason.CONDITION_UNEVALUABLE,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluation:
+    """The policy's answer for one action.
+
+    ``rule`` is the zero-based index of the deciding rule, set exactly when ``reason`` is
+    ``rule`` or ``condition_unevaluable``; ``condition`` names the condition (``amount_lte``)
+    that could not be evaluated. The three fail-closed reasons always come with ``deny``.
+    Raises ``InvalidArgument`` if constructed inconsistently.
+    """
+
+    decision: Decision
+    reason: Reason
+    rule: int | None = None
+    condition: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.rule is not None) != (self.reason in _RULE_REASONS):
+            raise InvalidArgument(f"rule index {self.rule!r} does not fit reason {self.reason}")
+        if self.reason in _FAIL_CLOSED and self.decision is not Decision.DENY:
+            raise InvalidArgument(f"{self.reason} must deny, not {self.decision}")
+        if (self.condition is not None) != (self.reason is Reason.CONDITION_UNEVALUABLE):
+            raise InvalidArgument("condition is named exactly when it was unevaluable")
+
+    @property
+    def deny_reason(self) -> DenyReason | None:
+        """The ``DenyReason`` for ``ActionDenied``; ``None`` unless the decision is ``deny``."""
+        if self.decision is not Decision.DENY:
+            return None
+        return _DENY_REASONS[self.reason]
+
+    @property
+    def label(self) -> str:
+        """What receipts record: ``decision``, ``rule[2]``, ``unknown_action``, ...
+
+        An unevaluable condition reads ``condition_unevaluable:rule[2].amount_lte``.
+        """
+        if self.reason is Reason.RULE:
+            return f"rule[{self.rule}]"
+        if self.reason is Reason.CONDITION_UNEVALUABLE:
+            return f"{self.reason}:rule[{self.rule}].{self.condition}"
+        return str(self.reason)
+
+
+def _evaluate_rules(rules: tuple[Rule, ...], action: Action) -> Evaluation:
+    for index, rule in enumerate(rules):
+        matched = True
+        # Every condition of a reached rule is evaluated, with no short cut: whether a call is
+        # refused as unevaluable must not depend on the order its conditions were written in.
+        for condition in rule.when:
+            holds = _holds(condition, action)
+            if holds is None:
+                return Evaluation(Decision.DENY, Reason.CONDITION_UNEVALUABLE, index, condition.key)
+            matched = matched and holds
+        if matched:
+            return Evaluation(rule.decision, Reason.RULE, index)
+    return Evaluation(Decision.DENY, Reason.NO_MATCHING_RULE)
+
+
+def _holds(condition: Condition, action: Action) -> bool | None:
+    if not action.has_argument(condition.argument):
+        return None
+    return condition.holds(action.argument(condition.argument))
+
+
+class Policy:
+    """A validated, immutable set of action entries, and the hash of its decision inputs.
+
+    ``policy_hash`` is ``sha256:<hex>`` of ``to_document()``: the decisions, rules, templates
+    and ``max_attempts``, not the file's bytes, so formatting, comments, key order and the order
+    of ``in`` members do not change it, and descriptions are not part of it.
+    """
+
+    __slots__ = ("_actions", "_hash", "_source")
+
+    def __init__(self, actions: Iterable[ActionPolicy], *, source: str | None = None) -> None:
+        """Raises ``InvalidArgument`` for a member that is not an ``ActionPolicy`` or a name
+        given twice."""
+        table: dict[str, ActionPolicy] = {}
+        for entry in actions:
+            if not isinstance(entry, ActionPolicy):
+                raise InvalidArgument(f"expected an ActionPolicy, got {entry!r}")
+            if entry.name in table:
+                raise InvalidArgument(f"action {entry.name!r} is given twice")
+            table[entry.name] = entry
+        self._actions: Mapping[str, ActionPolicy] = MappingProxyType(table)
+        self._source = source
+        self._hash = digest(self.to_document())
+
+    @property
+    def schema(self) -> str:
+        """The policy schema: always ``ctrlrun.policy/v1``."""
+        return POLICY_SCHEMA
+
+    @property
+    def actions(self) -> Mapping[str, ActionPolicy]:
+        """The entries by action name (a read-only view)."""
+        return self._actions
+
+    @property
+    def policy_hash(self) -> str:
+        """``sha256:<hex>`` of the canonical decision inputs."""
+        return self._hash
+
+    @property
+    def source(self) -> str | None:
+        """Where the policy was loaded from, if it was; not a decision input."""
+        return self._source
+
+    def entry(self, name: str) -> ActionPolicy | None:
+        """The entry for the action ``name``, or ``None`` if the policy does not name it."""
+        return self._actions.get(name)
+
+    def evaluate(self, action: Action) -> Evaluation:
+        """Decide ``action``: always an ``Evaluation``, never an exception, never default-allow.
+
+        Unknown name → deny ``unknown_action``; an entry-level decision → it, ``decision``;
+        otherwise the first rule whose conditions all hold → its decision, ``rule``; none →
+        deny ``no_matching_rule``; a condition that cannot be evaluated in a rule reached
+        before a match → deny ``condition_unevaluable`` with that rule's index.
+        """
+        entry = self._actions.get(action.name)
+        if entry is None:
+            return Evaluation(Decision.DENY, Reason.UNKNOWN_ACTION)
+        if entry.decision is not None:
+            return Evaluation(entry.decision, Reason.DECISION)
+        return _evaluate_rules(entry.rules, action)
+
+    def to_document(self) -> dict[str, Any]:
+        """The canonical decision inputs as plain data (a fresh copy; the hash covers it).
+
+        ``Policy.from_document(p.to_document())`` has the same hash and decides the same.
+        """
+        return {
+            "schema": POLICY_SCHEMA,
+            "actions": {name: entry.to_document() for name, entry in self._actions.items()},
+        }
+
+    @classmethod
+    def from_document(
+        cls, data: object, *, lines: LineMap | None = None, source: str | None = None
+    ) -> Policy:
+        """Validate a parsed document (plain mappings, lists, scalars) into a ``Policy``.
+
+        ``lines`` maps key paths (``("actions", "a.b", "rules", 0)``) to 1-based lines so
+        errors can name them; ``source`` becomes ``PolicyError.path``. Raises ``PolicyError``
+        and nothing else.
+        """
+        return cls(parse_policy_document(data, lines=lines, source=source), source=source)
+
+    @classmethod
+    def from_yaml(cls, text: str, *, source: str | None = None) -> Policy:
+        """Parse and validate YAML text. Raises ``PolicyError`` and nothing else."""
+        from ctrlrun.config import load_policy_text  # noqa: PLC0415 - the kernel imports no parser
+
+        return load_policy_text(text, source=source)
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> Policy:
+        """Read, parse and validate a policy file. Raises ``PolicyError`` and nothing else."""
+        from ctrlrun.config import load_policy_file  # noqa: PLC0415 - the kernel imports no parser
+
+        return load_policy_file(path)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Policy) and other._hash == self._hash
+
+    def __hash__(self) -> int:
+        return hash(self._hash)
+
+    def __repr__(self) -> str:
+        return f"Policy({len(self._actions)} actions, {self._hash[:15]}…)"

@@ -1,0 +1,208 @@
+"""Validation of a parsed policy document (plain mappings, lists and scalars) into entries.
+
+The schema is closed at every level: an unknown key, a missing required key, a value of the
+wrong type or a value the model refuses becomes a ``PolicyError`` that names the dotted key
+path (``actions.stripe.refund.rules[1].when.amount_lte``) and, when the parser recorded it,
+the line. No other exception leaves this module. Rule indexes are zero-based, as in the
+``rule[N]`` labels on receipts. See ARCHITECTURE §6.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Final, NoReturn, ParamSpec, TypeVar
+
+from ctrlrun.errors import InvalidArgument, PolicyError
+from ctrlrun.kernel.action import check_action_name
+from ctrlrun.kernel.policy_model import (
+    POLICY_SCHEMA,
+    ActionPolicy,
+    Condition,
+    Decision,
+    Rule,
+    check_max_attempts,
+    check_resource_template,
+    first_unreachable,
+    json_type,
+)
+from ctrlrun.kernel.template import Template
+
+KeyPath = tuple[str | int, ...]
+"""Where a value sits in the document: mapping keys and list indexes, from the top."""
+
+LineMap = Mapping[KeyPath, int]
+"""The 1-based line of each key (for a mapping entry) or item (for a list member)."""
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+_TOP_KEYS: Final = ("schema", "actions")
+_ENTRY_KEYS: Final = ("decision", "rules", "effect", "resource", "max_attempts", "description")
+_RULE_KEYS: Final = ("when", "decision")
+_DECISIONS: Final = frozenset(decision.value for decision in Decision)
+_DECISION_LIST: Final = ", ".join(decision.value for decision in Decision)
+
+
+def render_path(path: KeyPath) -> str:
+    """``("actions", "a.b", "rules", 1)`` as ``actions.a.b.rules[1]``; ``()`` as ``""``."""
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else part
+    return out
+
+
+def policy_error(
+    problem: str, *, path: KeyPath = (), line: int | None = None, source: str | None = None
+) -> PolicyError:
+    """A ``PolicyError`` whose message leads with ``source:line: key:`` where they are known."""
+    key = render_path(path) or None
+    where = ":".join(str(part) for part in (source, line) if part is not None)
+    if where and source is None:
+        where = f"line {where}"
+    prefix = "".join(f"{part}: " for part in (where, key) if part)
+    return PolicyError(prefix + problem, key=key, line=line, path=source)
+
+
+class _Reader:
+    """Walks one document, turning every refusal into a located ``PolicyError``."""
+
+    def __init__(self, lines: LineMap, source: str | None) -> None:
+        self.lines = lines
+        self.source = source
+
+    def line(self, path: KeyPath) -> int | None:
+        """The line of ``path`` or, failing that, of its nearest recorded ancestor."""
+        for end in range(len(path), -1, -1):
+            found = self.lines.get(path[:end])
+            if found is not None:
+                return found
+        return None
+
+    def fail(self, path: KeyPath, problem: str) -> NoReturn:
+        raise policy_error(problem, path=path, line=self.line(path), source=self.source)
+
+    def checked(
+        self, path: KeyPath, check: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs
+    ) -> _T:
+        """``check(*args)``, its ``InvalidArgument`` re-raised as a ``PolicyError`` at ``path``."""
+        try:
+            return check(*args, **kwargs)
+        except InvalidArgument as error:
+            self.fail(path, error.message)
+
+    def mapping(
+        self, value: object, path: KeyPath, allowed: tuple[str, ...], required: tuple[str, ...]
+    ) -> Mapping[str, Any]:
+        """``value`` if it is a mapping with only ``allowed`` keys and every ``required`` one."""
+        found = self.any_mapping(value, path, "a mapping")
+        for key in found:
+            if key not in allowed:
+                self.fail((*path, key), f"unknown key; expected one of {', '.join(allowed)}")
+        for key in required:
+            if key not in found:
+                self.fail((*path, key), "missing required key")
+        return found
+
+    def any_mapping(self, value: object, path: KeyPath, what: str) -> Mapping[str, Any]:
+        """``value`` if it is a mapping whose keys are all strings."""
+        if not isinstance(value, Mapping):
+            self.fail(path, f"must be {what}, got {json_type(value)}")
+        for key in value:
+            if not isinstance(key, str):
+                self.fail(path, f"keys must be strings, got {key!r}")
+        return value
+
+
+def parse_policy_document(
+    data: object, *, lines: LineMap | None = None, source: str | None = None
+) -> tuple[ActionPolicy, ...]:
+    """The action entries of a ``ctrlrun.policy/v1`` document, in document order.
+
+    Raises ``PolicyError`` (naming the key path, the line when ``lines`` has it, and
+    ``source`` as ``path``) for any departure from the schema; raises nothing else.
+    """
+    reader = _Reader(lines or {}, source)
+    top = reader.mapping(data, (), _TOP_KEYS, _TOP_KEYS)
+    schema = top["schema"]
+    if schema != POLICY_SCHEMA:
+        reader.fail(("schema",), f"must be {POLICY_SCHEMA!r}, got {schema!r}")
+    actions = reader.any_mapping(top["actions"], ("actions",), "a mapping of action names")
+    return tuple(_entry(reader, name, body) for name, body in actions.items())
+
+
+def _entry(reader: _Reader, name: str, body: object) -> ActionPolicy:
+    path: KeyPath = ("actions", name)
+    reader.checked(path, check_action_name, name)
+    entry = reader.mapping(body, path, _ENTRY_KEYS, ())
+    if ("decision" in entry) == ("rules" in entry):
+        where = (*path, "rules") if "rules" in entry else path
+        reader.fail(where, "give exactly one of 'decision' and 'rules'")
+    decision = _decision(reader, entry["decision"], path) if "decision" in entry else None
+    rules = _rules(reader, entry["rules"], (*path, "rules")) if "rules" in entry else ()
+    description = entry.get("description")
+    if description is not None and not isinstance(description, str):
+        reader.fail((*path, "description"), f"must be a string, got {json_type(description)}")
+    return reader.checked(
+        path,
+        ActionPolicy,
+        name,
+        decision=decision,
+        rules=rules,
+        effect=_template(reader, entry, path, "effect"),
+        resource=_template(reader, entry, path, "resource"),
+        max_attempts=reader.checked(
+            (*path, "max_attempts"), check_max_attempts, entry.get("max_attempts")
+        ),
+        description=description,
+    )
+
+
+def _decision(reader: _Reader, value: object, parent: KeyPath) -> Decision:
+    if not isinstance(value, str) or value not in _DECISIONS:
+        reader.fail((*parent, "decision"), f"must be one of {_DECISION_LIST}, got {value!r}")
+    return Decision(value)
+
+
+def _template(
+    reader: _Reader, entry: Mapping[str, Any], parent: KeyPath, key: str
+) -> Template | None:
+    if key not in entry:
+        return None
+    path = (*parent, key)
+    template = reader.checked(path, Template.parse, entry[key])
+    if key == "resource":
+        reader.checked(path, check_resource_template, template)
+    return template
+
+
+def _rules(reader: _Reader, value: object, path: KeyPath) -> tuple[Rule, ...]:
+    if not isinstance(value, list | tuple):
+        reader.fail(path, f"must be a list of rules, got {json_type(value)}")
+    if not value:
+        reader.fail(path, "must list at least one rule; to refuse every call write decision: deny")
+    rules = tuple(_rule(reader, item, (*path, index)) for index, item in enumerate(value))
+    unreachable = first_unreachable(rules)
+    if unreachable is not None:
+        reader.fail(
+            (*path, unreachable),
+            f"can never match: rule [{unreachable - 1}] has no 'when' and always matches",
+        )
+    return rules
+
+
+def _rule(reader: _Reader, value: object, path: KeyPath) -> Rule:
+    rule = reader.mapping(value, path, _RULE_KEYS, ("decision",))
+    decision = _decision(reader, rule["decision"], path)
+    if "when" not in rule:
+        return Rule((), decision)
+    when_path = (*path, "when")
+    when = reader.any_mapping(rule["when"], when_path, "a mapping of conditions")
+    if not when:
+        reader.fail(when_path, "has no conditions; leave 'when' out for a rule that always matches")
+    conditions = tuple(
+        reader.checked((*when_path, key), Condition.parse, key, item) for key, item in when.items()
+    )
+    return reader.checked(path, Rule, conditions, decision)

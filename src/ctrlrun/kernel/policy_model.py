@@ -1,0 +1,337 @@
+"""The typed values a policy is made of: decisions, conditions, rules and action entries.
+
+Every value validates itself at construction and raises ``InvalidArgument`` when it could not
+be evaluated safely, so a ``Policy`` built in Python is held to the same rules as one loaded
+from ``ctrlrun.yaml`` (ARCHITECTURE §6). Nothing here does I/O or imports a parser.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Final
+
+from ctrlrun.canonical import canonical_text
+from ctrlrun.errors import InvalidArgument
+from ctrlrun.kernel.action import check_action_name
+from ctrlrun.kernel.template import RESOURCE, Template
+
+POLICY_SCHEMA: Final = "ctrlrun.policy/v1"
+"""The one policy schema this version reads. There is no ladder of versions."""
+
+
+class Decision(StrEnum):
+    """What the policy says about an action."""
+
+    ALLOW = "allow"
+    APPROVE = "approve"
+    DENY = "deny"
+
+
+class Op(StrEnum):
+    """A condition's comparison. The numeric four compare integers only."""
+
+    EQ = "eq"
+    NEQ = "neq"
+    IN = "in"
+    LT = "lt"
+    LTE = "lte"
+    GT = "gt"
+    GTE = "gte"
+
+
+_OP_NAMES: Final = frozenset(op.value for op in Op)
+NUMERIC_OPS: Final = frozenset({Op.LT, Op.LTE, Op.GT, Op.GTE})
+
+_COMPARE: Final[dict[Op, Callable[[int, int], bool]]] = {
+    Op.LT: operator.lt,
+    Op.LTE: operator.le,
+    Op.GT: operator.gt,
+    Op.GTE: operator.ge,
+}
+
+RESERVED_ARGUMENTS: Final = frozenset(
+    {
+        "action_id",
+        "agent",
+        "claims",
+        "data_scope",
+        "environment",
+        "expires_at",
+        "issuer",
+        "principal",
+        "resource",
+        "user",
+    }
+)
+"""Names a condition may not test. Conditions read arguments only, so ``user_eq: alice`` would
+read an argument the caller chose, not who is calling: an identity check that is not one."""
+
+_SCALARS: Final = (str, int, bool, type(None))
+_FLOAT_HINT: Final = "floats are refused; compare integer minor units (e.g. cents)"
+
+
+def json_type(value: object) -> str:
+    """The JSON type name of a plain value (``bool`` is ``boolean``, never ``integer``)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, list | tuple):
+        return "list"
+    if isinstance(value, dict):
+        return "mapping"
+    return type(value).__name__
+
+
+def _same(left: object, right: object) -> bool:
+    """JSON-strict scalar equality: ``True != 1`` and ``1 != "1"``."""
+    return type(left) is type(right) and left == right
+
+
+def _comparable(argument: object, expected: object) -> bool:
+    """Whether ``argument`` may be tested against ``expected`` by equality.
+
+    A ``null`` in the policy is an explicit test for null and compares with anything; otherwise
+    both sides must have the same JSON type, or the comparison means nothing.
+    """
+    return expected is None or type(argument) is type(expected)
+
+
+def _check_scalar(value: object, what: str) -> None:
+    if isinstance(value, float):
+        raise InvalidArgument(f"{what} is a float ({value!r}): {_FLOAT_HINT}")
+    if type(value) not in _SCALARS:
+        raise InvalidArgument(
+            f"{what} must be a string, an integer, a boolean or null, got {json_type(value)}"
+        )
+
+
+def _check_value(op: Op, value: object) -> None:
+    """Raise ``InvalidArgument`` unless ``value`` is the right shape for ``op``."""
+    if isinstance(value, float):
+        raise InvalidArgument(f"the value is a float ({value!r}): {_FLOAT_HINT}")
+    if op in NUMERIC_OPS:
+        if type(value) is not int:
+            raise InvalidArgument(
+                f"'{op}' compares integers only; the value must be an integer, got"
+                f" {json_type(value)}"
+            )
+    elif op is Op.IN:
+        if not isinstance(value, tuple):
+            raise InvalidArgument(f"'in' takes a list of scalars, got {json_type(value)}")
+        if not value:
+            raise InvalidArgument("'in' takes a non-empty list: an empty one can never match")
+        seen: set[str] = set()
+        for index, member in enumerate(value):
+            _check_scalar(member, f"member [{index}]")
+            text = canonical_text(member)
+            if text in seen:
+                raise InvalidArgument(f"member [{index}] ({text}) is listed twice")
+            seen.add(text)
+    else:
+        _check_scalar(value, "the value")
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    """One test of one argument: ``amount_lte: 5000`` is ``Condition("amount", Op.LTE, 5000)``.
+
+    ``value`` is a ``str``, ``int``, ``bool`` or ``None`` for ``eq``/``neq``; a non-empty tuple
+    of such scalars, without repeats, for ``in``; an ``int`` that is not a ``bool`` for the
+    numeric operators. Raises ``InvalidArgument`` otherwise, for an empty argument name, and for
+    a name in ``RESERVED_ARGUMENTS``.
+    """
+
+    argument: str
+    op: Op
+    value: Any
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.argument, str) or not self.argument:
+            raise InvalidArgument(f"a condition needs an argument name, got {self.argument!r}")
+        if self.argument in RESERVED_ARGUMENTS:
+            raise InvalidArgument(
+                f"{self.argument!r} cannot be tested: conditions read the action's arguments"
+                " only, so this would test a value the caller chose, not who is asking"
+            )
+        if not isinstance(self.op, Op):
+            raise InvalidArgument(f"op must be an Op, got {self.op!r}")
+        _check_value(self.op, self.value)
+
+    @classmethod
+    def parse(cls, key: str, value: object) -> Condition:
+        """The condition written ``<argument>_<op>: value``, split at the last underscore.
+
+        ``payment_amount_gte`` is the argument ``payment_amount`` with ``gte``. A list value is
+        accepted for ``in``. Raises ``InvalidArgument`` for a key without a known operator.
+        """
+        argument, underscore, suffix = key.rpartition("_")
+        if not underscore or not argument or suffix not in _OP_NAMES:
+            ops = ", ".join(op.value for op in Op)
+            raise InvalidArgument(
+                f"{key!r} is not a condition: write <argument>_<op> with op one of {ops}"
+            )
+        if isinstance(value, list):
+            value = tuple(value)
+        return cls(argument, Op(suffix), value)
+
+    @property
+    def key(self) -> str:
+        """How the condition is written in a policy file: ``<argument>_<op>``."""
+        return f"{self.argument}_{self.op.value}"
+
+    def holds(self, value: object) -> bool | None:
+        """Whether the argument's ``value`` satisfies the condition; ``None`` if it cannot tell.
+
+        ``None`` (unevaluable) for a numeric test of anything but an ``int`` (``bool`` is not an
+        ``int`` here), and for an equality or ``in`` test across different JSON types.
+        """
+        if self.op in NUMERIC_OPS:
+            if type(value) is not int:
+                return None
+            return _COMPARE[self.op](value, self.value)
+        if self.op is Op.IN:
+            if not any(_comparable(value, member) for member in self.value):
+                return None
+            return any(_same(value, member) for member in self.value)
+        if not _comparable(value, self.value):
+            return None
+        equal = _same(value, self.value)
+        return equal if self.op is Op.EQ else not equal
+
+    def to_value(self) -> Any:
+        """The value as the canonical document holds it (``in`` members in canonical order)."""
+        if self.op is Op.IN:
+            return sorted(self.value, key=canonical_text)
+        return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """``decision`` applies when every condition in ``when`` holds; no conditions: always.
+
+    ``when`` is kept sorted by condition key, whatever order it was given in.
+
+    Raises ``InvalidArgument`` for a decision that is not a ``Decision``, a member of ``when``
+    that is not a ``Condition``, or the same ``<argument>_<op>`` twice.
+    """
+
+    when: tuple[Condition, ...]
+    decision: Decision
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.decision, Decision):
+            raise InvalidArgument(f"decision must be a Decision, got {self.decision!r}")
+        if not isinstance(self.when, tuple) or not all(
+            isinstance(item, Condition) for item in self.when
+        ):
+            raise InvalidArgument("when must be a tuple of Conditions")
+        keys = [condition.key for condition in self.when]
+        if len(set(keys)) != len(keys):
+            raise InvalidArgument(f"a condition is repeated in {keys}")
+        # A `when` is a mapping: the order its keys were written in means nothing, so the
+        # conditions are held in key order and equal rules compare equal.
+        object.__setattr__(self, "when", tuple(sorted(self.when, key=lambda c: c.key)))
+
+    def to_document(self) -> dict[str, Any]:
+        """The rule as plain data; ``when`` is left out when there are no conditions."""
+        out: dict[str, Any] = {"decision": self.decision.value}
+        if self.when:
+            out["when"] = {condition.key: condition.to_value() for condition in self.when}
+        return out
+
+
+def first_unreachable(rules: tuple[Rule, ...]) -> int | None:
+    """The index of the first rule that follows an unconditional one (it can never match)."""
+    for index, rule in enumerate(rules[:-1]):
+        if not rule.when:
+            return index + 1
+    return None
+
+
+def check_max_attempts(value: object) -> int | None:
+    """``value`` if it is ``None`` or an ``int`` ≥ 1 that is not a ``bool``; else raise."""
+    if value is None:
+        return None
+    if type(value) is not int or value < 1:
+        raise InvalidArgument(f"max_attempts must be an integer >= 1, got {value!r}")
+    return value
+
+
+def check_resource_template(template: Template | None) -> Template | None:
+    """``template`` unless it uses ``{resource}``: the resource cannot be made from itself."""
+    if template is not None and RESOURCE in template.placeholders:
+        raise InvalidArgument(
+            f"resource template {template.source!r} uses {{resource}}: a resource cannot be"
+            " built from itself"
+        )
+    return template
+
+
+@dataclass(frozen=True, slots=True)
+class ActionPolicy:
+    """What the policy says about one action name.
+
+    Exactly one of ``decision`` (applies to every call) and ``rules`` (tried in order, the first
+    match decides). ``effect`` and ``resource`` are templates resolved per call elsewhere;
+    ``max_attempts`` bounds the attempts on one effect key. ``description`` is for people and is
+    not a decision input. Raises ``InvalidArgument`` for a bad name, both or neither of
+    ``decision``/``rules``, a rule after an unconditional one (unreachable), a ``{resource}``
+    inside ``resource``, or ``max_attempts`` below 1.
+    """
+
+    name: str
+    decision: Decision | None = None
+    rules: tuple[Rule, ...] = ()
+    effect: Template | None = None
+    resource: Template | None = None
+    max_attempts: int | None = None
+    description: str | None = None
+
+    def __post_init__(self) -> None:
+        check_action_name(self.name)
+        if (self.decision is None) == (not self.rules):
+            raise InvalidArgument(
+                f"{self.name}: give exactly one of decision and rules"
+                + (", not both" if self.rules else "")
+            )
+        if self.decision is not None and not isinstance(self.decision, Decision):
+            raise InvalidArgument(f"decision must be a Decision, got {self.decision!r}")
+        if not isinstance(self.rules, tuple) or not all(
+            isinstance(rule, Rule) for rule in self.rules
+        ):
+            raise InvalidArgument("rules must be a tuple of Rules")
+        unreachable = first_unreachable(self.rules)
+        if unreachable is not None:
+            raise InvalidArgument(
+                f"rule [{unreachable}] can never match: rule [{unreachable - 1}] has no"
+                " conditions and always matches"
+            )
+        check_resource_template(self.resource)
+        check_max_attempts(self.max_attempts)
+        if self.description is not None and not isinstance(self.description, str):
+            raise InvalidArgument(f"description must be a string, got {self.description!r}")
+
+    def to_document(self) -> dict[str, Any]:
+        """The entry's decision inputs as plain data (no ``description``, no absent keys)."""
+        out: dict[str, Any] = {}
+        if self.decision is not None:
+            out["decision"] = self.decision.value
+        else:
+            out["rules"] = [rule.to_document() for rule in self.rules]
+        if self.effect is not None:
+            out["effect"] = self.effect.source
+        if self.resource is not None:
+            out["resource"] = self.resource.source
+        if self.max_attempts is not None:
+            out["max_attempts"] = self.max_attempts
+        return out

@@ -137,13 +137,16 @@ def _entry(reader: _Reader, name: str, body: object) -> ActionPolicy:
     path: KeyPath = ("actions", name)
     reader.checked(path, check_action_name, name)
     entry = reader.mapping(body, path, _ENTRY_KEYS, ())
+    for key, value in entry.items():
+        if value is None:  # `max_attempts:` with nothing after it is a slip, not "unbounded"
+            reader.fail((*path, key), "is empty (null): give a value or leave the key out")
     if ("decision" in entry) == ("rules" in entry):
         where = (*path, "rules") if "rules" in entry else path
         reader.fail(where, "give exactly one of 'decision' and 'rules'")
     decision = _decision(reader, entry["decision"], path) if "decision" in entry else None
     rules = _rules(reader, entry["rules"], (*path, "rules")) if "rules" in entry else ()
     description = entry.get("description")
-    if description is not None and not isinstance(description, str):
+    if "description" in entry and not isinstance(description, str):
         reader.fail((*path, "description"), f"must be a string, got {json_type(description)}")
     return reader.checked(
         path,

@@ -131,6 +131,15 @@ class _Converter:
                 node,
                 f"a mapping key must be a string; {node.value!r} reads as {_kind(node)}: quote it",
             )
+        return self.text(node, (*parent, node.value))
+
+    def text(self, node: ScalarNode, path: KeyPath) -> str:
+        """The scalar's text, unless an escape such as ``"\\ud800"`` left a lone surrogate:
+        text without a UTF-8 form has no canonical form and could not be hashed."""
+        try:
+            node.value.encode("utf-8")
+        except UnicodeEncodeError:
+            self.fail(path, node, "the text holds a lone surrogate escape: it is not Unicode")
         return str(node.value)
 
     def scalar(self, node: ScalarNode, path: KeyPath) -> Any:
@@ -143,7 +152,7 @@ class _Converter:
                     f"{text!r} is a number to YAML 1.2 readers but text to this one: write a"
                     " decimal integer (money in minor units), or quote it to mean text",
                 )
-            return text
+            return self.text(node, path)
         if node.tag == _INT:
             if not _DECIMAL.fullmatch(text):
                 self.fail(path, node, f"write integers as plain decimals, got {text!r}")

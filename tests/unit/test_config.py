@@ -252,6 +252,14 @@ class TestScalars:
         assert "a timestamp" in error.message
         assert "quote it" in error.message
 
+    def test_a_lone_surrogate_escape_is_refused(self) -> None:
+        """``"\\ud800"`` decodes to text with no UTF-8 form, which could not be hashed."""
+        error = refused(when('x_eq: "\\ud800"\n'))
+        assert (error.key, error.line) == (f"{WHEN}.x_eq", 7)
+        assert "lone surrogate" in error.message
+        error = refused(when('"x\\udfff_eq": 1\n'))
+        assert (error.key, error.line) == (f"{WHEN}.x\udfff_eq", 7)
+
     def test_the_yaml_value_scalar_is_refused(self) -> None:
         """The obscure ``=`` value scalar is not JSON."""
         error = refused(when("x_eq: =\n"))

@@ -529,6 +529,15 @@ class TestEntryPoints:
         assert caught.value.key == "actions.a.decision"
         assert caught.value.line is None
 
+    def test_text_without_a_canonical_form_is_a_policy_error(self) -> None:
+        """A lone surrogate in a decision input cannot be hashed: PolicyError, not a crash."""
+        rule = {"when": {"x_eq": "\ud800"}, "decision": "allow"}
+        with pytest.raises(PolicyError, match="lone surrogate") as caught:
+            Policy.from_document(
+                {"schema": POLICY_SCHEMA, "actions": {"a": {"rules": [rule]}}}, source="p.yaml"
+            )
+        assert caught.value.path == "p.yaml"
+
     def test_the_kernel_module_imports_no_parser(self) -> None:
         """Importing the policy model loads no yaml, click, sqlite3 or psycopg."""
         code = (

@@ -22,7 +22,7 @@ from typing import Any, Final
 from ctrlrun.canonical import digest
 from ctrlrun.errors import DenyReason, InvalidArgument
 from ctrlrun.kernel.action import Action
-from ctrlrun.kernel.policy_document import LineMap, parse_policy_document
+from ctrlrun.kernel.policy_document import LineMap, parse_policy_document, policy_error
 from ctrlrun.kernel.policy_model import (
     POLICY_SCHEMA,
     ActionPolicy,
@@ -215,7 +215,11 @@ class Policy:
         errors can name them; ``source`` becomes ``PolicyError.path``. Raises ``PolicyError``
         and nothing else.
         """
-        return cls(parse_policy_document(data, lines=lines, source=source), source=source)
+        entries = parse_policy_document(data, lines=lines, source=source)
+        try:
+            return cls(entries, source=source)
+        except InvalidArgument as error:  # text with no canonical form (a lone surrogate)
+            raise policy_error(error.message, source=source) from error
 
     @classmethod
     def from_yaml(cls, text: str, *, source: str | None = None) -> Policy:

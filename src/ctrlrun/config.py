@@ -28,6 +28,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from ctrlrun.errors import PolicyError
 from ctrlrun.kernel.policy import Policy
 from ctrlrun.kernel.policy_document import KeyPath, policy_error
+from ctrlrun.kernel.policy_model import FLOAT_HINT
 
 _TAG: Final = "tag:yaml.org,2002:"
 _STR: Final = _TAG + "str"
@@ -38,23 +39,22 @@ _FLOAT: Final = _TAG + "float"
 _MERGE: Final = _TAG + "merge"
 
 _DECIMAL: Final = re.compile(r"[-+]?(?:0|[1-9][0-9]*)")
-# Plain text PyYAML (YAML 1.1) leaves as a string but YAML 1.2 and JSON readers take for a
-# number: `1e3`, `-.5`, `1.0e3`, `0o17`. Read as text here, it would compare unequal to the
-# number its author meant, so it is refused instead.
+# Plain scalars PyYAML (YAML 1.1) leaves as strings but YAML 1.2 reads as numbers: `1e3`,
+# `-.5`, `1.0e3`, `0o17`. Read as text, one would compare unequal to the number its author
+# meant, so it is refused instead.
 _NUMBER_LIKE: Final = re.compile(
     r"[-+]?(?:\.[0-9]|[0-9])[0-9_]*(?:\.[0-9_]*)?(?:[eE][-+]?[0-9]+)?"
     r"|[-+]?\.(?:inf|nan)|[-+]?0[oO][0-7_]+",
     re.IGNORECASE,
 )
-_FLOAT_HINT: Final = "floats are refused: write money as integer minor units (e.g. cents)"
 
 
 class StrictLoader(yaml.SafeLoader):
     """A ``SafeLoader`` that composes nodes only and notes every anchor and explicit tag.
 
-    Construction into Python values is done by ``to_plain``, which refuses what this module's
-    docstring lists; ``SafeLoader``'s own constructors (which would build sets, dates, bytes
-    and merged mappings) are never called.
+    Nodes become plain values in this module's own converter, which refuses what the module
+    docstring lists; ``SafeLoader``'s constructors (which would build sets, dates, bytes and
+    merged mappings) are never called.
     """
 
     def __init__(self, text: str) -> None:
@@ -167,7 +167,7 @@ class _Converter:
         if node.tag == _NULL:
             return None
         if node.tag == _FLOAT:
-            self.fail(path, node, f"{text!r} is a float; {_FLOAT_HINT}")
+            self.fail(path, node, f"{text!r} is a float; {FLOAT_HINT}")
         self.fail(path, node, f"{text!r} reads as {_kind(node)}, which JSON cannot hold: quote it")
 
 
@@ -233,9 +233,12 @@ def load_policy_file(path: str | os.PathLike[str]) -> Policy:
     """
     try:
         name = os.fspath(path)
-        data = Path(name).read_bytes()
+        if not isinstance(name, str):
+            raise TypeError(f"got {type(name).__name__}")
     except TypeError as error:
-        raise policy_error(f"a policy path must be str or os.PathLike: {error}") from error
+        raise policy_error(f"a policy path must be str or os.PathLike[str]: {error}") from error
+    try:
+        data = Path(name).read_bytes()
     except FileNotFoundError:
         raise policy_error("no policy file here", source=name) from None
     except (OSError, ValueError) as error:

@@ -574,6 +574,8 @@ class TestFiles:
             load_policy_file("ctrl\x00run.yaml")
         with pytest.raises(PolicyError, match=r"str or os\.PathLike"):
             load_policy_file(5)  # type: ignore[arg-type]
+        with pytest.raises(PolicyError, match="got bytes"):
+            load_policy_file(b"ctrlrun.yaml")  # type: ignore[arg-type]
 
     def test_a_file_that_is_not_utf8(self, tmp_path: Path) -> None:
         """Bytes that are not UTF-8 are refused with the line they sit on."""

@@ -336,6 +336,8 @@ class TestModel:
             ({"name": "a", "decision": ALLOW, "max_attempts": "3"}, ">= 1"),
             ({"name": "a", "decision": ALLOW, "resource": Template.parse("{resource}")}, "itself"),
             ({"name": "a", "decision": ALLOW, "description": 5}, "description"),
+            ({"name": "a", "decision": ALLOW, "effect": "refund:{id}"}, "parsed Templates"),
+            ({"name": "a", "decision": ALLOW, "resource": "payment:{id}"}, "parsed Templates"),
         ],
     )
     def test_action_policy_refusals(self, fields: dict[str, Any], message: str) -> None:

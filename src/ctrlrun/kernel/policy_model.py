@@ -70,7 +70,7 @@ RESERVED_ARGUMENTS: Final = frozenset(
 read an argument the caller chose, not who is calling: an identity check that is not one."""
 
 _SCALARS: Final = (str, int, bool, type(None))
-_FLOAT_HINT: Final = "floats are refused; compare integer minor units (e.g. cents)"
+FLOAT_HINT: Final = "floats are refused: write amounts as integer minor units (e.g. cents)"
 
 
 def json_type(value: object) -> str:
@@ -108,7 +108,7 @@ def _comparable(argument: object, expected: object) -> bool:
 
 def _check_scalar(value: object, what: str) -> None:
     if isinstance(value, float):
-        raise InvalidArgument(f"{what} is a float ({value!r}): {_FLOAT_HINT}")
+        raise InvalidArgument(f"{what} is a float ({value!r}): {FLOAT_HINT}")
     if type(value) not in _SCALARS:
         raise InvalidArgument(
             f"{what} must be a string, an integer, a boolean or null, got {json_type(value)}"
@@ -118,7 +118,7 @@ def _check_scalar(value: object, what: str) -> None:
 def _check_value(op: Op, value: object) -> None:
     """Raise ``InvalidArgument`` unless ``value`` is the right shape for ``op``."""
     if isinstance(value, float):
-        raise InvalidArgument(f"the value is a float ({value!r}): {_FLOAT_HINT}")
+        raise InvalidArgument(f"the value is a float ({value!r}): {FLOAT_HINT}")
     if op in NUMERIC_OPS:
         if type(value) is not int:
             raise InvalidArgument(
@@ -316,6 +316,9 @@ class ActionPolicy:
                 f"rule [{unreachable}] can never match: rule [{unreachable - 1}] has no"
                 " conditions and always matches"
             )
+        for template in (self.effect, self.resource):
+            if template is not None and not isinstance(template, Template):
+                raise InvalidArgument(f"templates must be parsed Templates, got {template!r}")
         check_resource_template(self.resource)
         check_max_attempts(self.max_attempts)
         if self.description is not None and not isinstance(self.description, str):

@@ -193,7 +193,9 @@ class Condition:
         """Whether the argument's ``value`` satisfies the condition; ``None`` if it cannot tell.
 
         ``None`` (unevaluable) for a numeric test of anything but an ``int`` (``bool`` is not an
-        ``int`` here), and for an equality or ``in`` test across different JSON types.
+        ``int`` here), and for an equality or ``in`` test across different JSON types. A null
+        written in the policy is an explicit null test and compares with any value; a null
+        argument tested against a string, number or boolean is unevaluable.
         """
         if self.op in NUMERIC_OPS:
             if type(value) is not int:

@@ -1,0 +1,3 @@
+"""Suite-wide pytest configuration: the real-Postgres fixtures (see tests/support/)."""
+
+pytest_plugins = ["support.pg_fixtures"]

@@ -58,6 +58,14 @@ def _connect(proxy: PgProxy, conns: list[psycopg.Connection[Any]]) -> psycopg.Co
     return conn
 
 
+class Cut(ConnectionError):
+    """The connection ended before ReadyForQuery; ``frames`` is what did arrive."""
+
+    def __init__(self, frames: list[Frame]) -> None:
+        super().__init__(f"closed after {[f.type for f in frames]}")
+        self.frames = frames
+
+
 class RawClient:
     """A hand-written protocol client, so a test knows exactly which messages are sent."""
 
@@ -84,7 +92,7 @@ class RawClient:
             if frame is None:
                 data = self.sock.recv(65536)
                 if not data:
-                    raise ConnectionError(f"closed after {[f.type for f in frames]}")
+                    raise Cut(frames)
                 self.parser.feed(data)
                 continue
             frames.append(frame)
@@ -96,16 +104,19 @@ class RawClient:
         return self.until_ready()
 
     def extended(self, text: str, *params: str) -> list[Frame]:
-        bind = b"\0\0" + struct.pack("!hh", 0, len(params))
-        for p in params:
-            bind += struct.pack("!i", len(p.encode())) + p.encode()
-        bind += struct.pack("!h", 0)
-        self.send(
-            message(b"P", b"\0" + text.encode() + b"\0\0\0")
-            + message(b"B", bind)
-            + message(b"E", b"\0\0\0\0\0")
-            + message(b"S", b"")
-        )
+        return self.extended_group([(text, params)])
+
+    def extended_group(self, statements: list[tuple[str, tuple[str, ...]]]) -> list[Frame]:
+        """Parse/Bind/Execute each statement (unnamed), then one Sync for them all."""
+        out = b""
+        for text, params in statements:
+            bind = b"\0\0" + struct.pack("!hh", 0, len(params))
+            for p in params:
+                bind += struct.pack("!i", len(p.encode())) + p.encode()
+            bind += struct.pack("!h", 0)
+            out += message(b"P", b"\0" + text.encode() + b"\0\0\0")
+            out += message(b"B", bind) + message(b"E", b"\0\0\0\0\0")
+        self.send(out + message(b"S", b""))
         return self.until_ready()
 
     def close(self) -> None:
@@ -176,9 +187,14 @@ def test_cut_after_commit_in_pipeline_mode_uses_the_extended_protocol(
 ) -> None:
     conn = _connect(pg_proxy, via_proxy)
     pg_proxy.cut_after_commit()
-    with pytest.raises(psycopg.OperationalError), conn.pipeline(), conn.transaction():
-        conn.execute(f"INSERT INTO {table} (k) VALUES (%s)", ["p1"])
-        conn.execute(f"INSERT INTO {table} (k) VALUES (%s)", ["p2"])
+
+    def two_inserts() -> None:
+        with conn.pipeline(), conn.transaction():
+            conn.execute(f"INSERT INTO {table} (k) VALUES (%s)", ["p1"])
+            conn.execute(f"INSERT INTO {table} (k) VALUES (%s)", ["p2"])
+
+    with pytest.raises(psycopg.OperationalError):
+        two_inserts()
     assert _rows(pg_schema, table) == {"p1": 0, "p2": 0}
     assert (pg_proxy.commits_seen, pg_proxy.cuts_after_commit) == (1, 1)
     assert pg_proxy.last_cut_reply == "COMMIT"
@@ -209,12 +225,38 @@ def test_a_client_sending_one_byte_at_a_time_is_cut_on_the_real_commit(
         assert _tags(client.extended(f"INSERT INTO {table} (k) VALUES ($1)", "slow")) == [
             "INSERT 0 1"
         ]
-        with pytest.raises(ConnectionError):
+        with pytest.raises(Cut) as cut:
             client.query("COMMIT")
+        assert cut.value.frames == []  # not a byte of the reply reached the client
     finally:
         client.close()
     assert _rows(pg_schema, table) == {"slow": 0}
     assert (pg_proxy.commits_seen, pg_proxy.cuts_after_commit) == (1, 1)
+
+
+def test_cut_after_commit_relays_what_precedes_the_commit_in_its_group(
+    pg_proxy: PgProxy, pg_schema: PgSchema, table: str
+) -> None:
+    pg_proxy.cut_after_commit(times=2)
+    simple = RawClient(pg_proxy)
+    try:  # one simple Query holding three statements
+        with pytest.raises(Cut) as cut:
+            simple.query(f"BEGIN; INSERT INTO {table} (k) VALUES ('s'); COMMIT")
+        assert _tags(cut.value.frames) == ["BEGIN", "INSERT 0 1"]
+    finally:
+        simple.close()
+    assert pg_proxy.last_cut_reply == "COMMIT"
+    extended = RawClient(pg_proxy)
+    try:  # one Sync group: BEGIN, INSERT, COMMIT through Parse/Bind/Execute
+        insert = (f"INSERT INTO {table} (k) VALUES ($1)", ("e",))
+        with pytest.raises(Cut) as cut:
+            extended.extended_group([("BEGIN", ()), insert, ("COMMIT", ())])
+        assert _tags(cut.value.frames) == ["BEGIN", "INSERT 0 1"]
+    finally:
+        extended.close()
+    assert pg_proxy.last_cut_reply == "COMMIT"
+    assert _rows(pg_schema, table) == {"s": 0, "e": 0}
+    assert (pg_proxy.commits_seen, pg_proxy.cuts_after_commit) == (2, 2)
 
 
 # --------------------------------------------------------------------------- decoys
@@ -235,8 +277,9 @@ def test_commit_inside_parameters_literals_and_names_triggers_nothing(
         client.query(f'SELECT k AS "COMMIT" FROM {table} -- COMMIT')
         client.query("SELECT 'END'; /* ; COMMIT */ SELECT $$;COMMIT$$")
         assert (pg_proxy.commits_seen, pg_proxy.cuts_after_commit) == (0, 0)
-        with pytest.raises(ConnectionError):
+        with pytest.raises(Cut) as cut:
             client.query("commit ;")
+        assert cut.value.frames == []
     finally:
         client.close()
     assert _rows(pg_schema, table) == {"refund:COMMIT-me": 0, "COMMIT": 0, "x; COMMIT": 0}

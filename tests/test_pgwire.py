@@ -43,12 +43,10 @@ def test_frames_a_stream_delivered_one_byte_at_a_time() -> None:
     stream = b"".join(raw for _, raw in STREAM_PARTS)
     frames = []
     boundaries = []
-    pos = 0
     expected = iter(STREAM_PARTS)
     untyped, _ = next(expected)
-    for byte in stream:
+    for pos, byte in enumerate(stream, start=1):
         parser.feed(bytes([byte]))
-        pos += 1
         frame = parser.next_frame(untyped=untyped)
         if frame is not None:
             frames.append(frame)

@@ -259,6 +259,27 @@ def test_cut_after_commit_relays_what_precedes_the_commit_in_its_group(
     assert (pg_proxy.commits_seen, pg_proxy.cuts_after_commit) == (2, 2)
 
 
+def test_cut_after_commit_waits_for_the_commits_own_group(
+    pg_proxy: PgProxy, pg_schema: PgSchema, table: str
+) -> None:
+    client = RawClient(pg_proxy)
+    try:
+        client.query("BEGIN")
+        client.extended(f"INSERT INTO {table} (k) VALUES ($1)", "g")
+        pg_proxy.cut_after_commit()
+        # two Query messages in one write: the SELECT's reply (ending in ReadyForQuery) may
+        # reach the proxy after the COMMIT was forwarded, and must still be relayed
+        client.send(message(b"Q", b"SELECT 41\0") + message(b"Q", b"COMMIT\0"))
+        assert _tags(client.until_ready()) == ["SELECT 1"]
+        with pytest.raises(Cut) as cut:
+            client.until_ready()
+        assert cut.value.frames == []
+    finally:
+        client.close()
+    assert pg_proxy.last_cut_reply == "COMMIT"
+    assert _rows(pg_schema, table) == {"g": 0}
+
+
 # --------------------------------------------------------------------------- decoys
 
 

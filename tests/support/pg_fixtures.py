@@ -115,6 +115,12 @@ def pg_standby(pg_server: PgServer) -> Iterator[Standby]:
         standby.stop()
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # declared in pyproject.toml too; repeated here so the plugin stands alone
+    config.addinivalue_line("markers", "postgres: needs a real Postgres server")
+    config.addinivalue_line("markers", "slow: takes more than a few seconds")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if POSTGRES_FIXTURES.intersection(getattr(item, "fixturenames", ())):

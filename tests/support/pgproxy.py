@@ -308,18 +308,14 @@ class PgProxy:
         self.cut_timeout = cut_timeout
         self.hold_timeout = hold_timeout
         self._lock = threading.Lock()
-        self._counters = dict.fromkeys(
-            (
-                "connections",
-                "commits_seen",
-                "cuts_after_commit",
-                "cuts_before_commit",
-                "refused",
-                "holds",
-                "tls_sessions",
-            ),
-            0,
-        )
+        # counters: plain ints, written under the lock, read freely (an int read is atomic)
+        self.connections = 0  # client connections relayed (refused ones are not counted)
+        self.commits_seen = 0  # COMMITs the clients had executed or swallowed
+        self.cuts_after_commit = 0
+        self.cuts_before_commit = 0
+        self.refused = 0  # connections accepted and closed at once
+        self.holds = 0  # statements held
+        self.tls_sessions = 0  # connections that negotiated TLS/GSS (relayed opaquely)
         self.last_cut_reply: str | None = None
         self.errors: list[str] = []
         self._after_left = 0
@@ -408,48 +404,11 @@ class PgProxy:
             self._release_event.set()
         return held
 
-    # -- counters --------------------------------------------------------------------------
-
-    def _get(self, name: str) -> int:
-        with self._lock:
-            return self._counters[name]
-
-    @property
-    def connections(self) -> int:
-        """Client connections relayed (refused ones are not counted here)."""
-        return self._get("connections")
-
-    @property
-    def commits_seen(self) -> int:
-        """COMMITs the clients asked the server to execute (cut or not)."""
-        return self._get("commits_seen")
-
-    @property
-    def cuts_after_commit(self) -> int:
-        return self._get("cuts_after_commit")
-
-    @property
-    def cuts_before_commit(self) -> int:
-        return self._get("cuts_before_commit")
-
-    @property
-    def refused(self) -> int:
-        return self._get("refused")
-
-    @property
-    def holds(self) -> int:
-        return self._get("holds")
-
-    @property
-    def tls_sessions(self) -> int:
-        """Connections that negotiated TLS/GSS encryption (relayed opaquely, no faults)."""
-        return self._get("tls_sessions")
-
     # -- called from connection threads ----------------------------------------------------
 
     def _count(self, name: str, *, last_cut_reply: str | None = None) -> None:
         with self._lock:
-            self._counters[name] += 1
+            setattr(self, name, getattr(self, name) + 1)
             if last_cut_reply is not None:
                 self.last_cut_reply = last_cut_reply
 
@@ -459,7 +418,7 @@ class PgProxy:
 
     def _on_commit(self) -> tuple[str | None, Callable[[], None] | None]:
         with self._lock:
-            self._counters["commits_seen"] += 1
+            self.commits_seen += 1
             if self._before_left:
                 self._before_left -= 1
                 return "before", None
@@ -486,7 +445,7 @@ class PgProxy:
                 return not self._closed  # another connection claimed it first
             self._hold_predicate = None
             self._held_sql = sql
-            self._counters["holds"] += 1
+            self.holds += 1
             release = self._release_event
             self._held_event.set()
         if not release.wait(self.hold_timeout):
@@ -519,8 +478,10 @@ class PgProxy:
                 continue
             with self._lock:
                 refusing, closed = self._refusing, self._closed
-                if not closed:
-                    self._counters["refused" if refusing else "connections"] += 1
+                if refusing and not closed:
+                    self.refused += 1
+                elif not closed:
+                    self.connections += 1
             if refusing or closed:
                 _shutdown(client)
                 client.close()

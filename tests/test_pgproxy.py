@@ -9,6 +9,7 @@ from __future__ import annotations
 import socket
 import struct
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,7 +19,7 @@ from psycopg import errors, sql
 
 from support.pg_fixtures import PgSchema
 from support.pgproxy import PgProxy, ProxyError
-from support.pgwire import Frame, FrameParser, cstrings, message, startup
+from support.pgwire import SSL_REQUEST, Frame, FrameParser, cstrings, message, startup
 
 pytestmark = pytest.mark.postgres
 
@@ -69,11 +70,16 @@ class Cut(ConnectionError):
 class RawClient:
     """A hand-written protocol client, so a test knows exactly which messages are sent."""
 
-    def __init__(self, proxy: PgProxy, *, byte_at_a_time: bool = False) -> None:
+    def __init__(
+        self, proxy: PgProxy, *, byte_at_a_time: bool = False, ssl_request: bool = False
+    ) -> None:
         self.sock = socket.create_connection((proxy.host, proxy.port), timeout=WAIT)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.byte_at_a_time = byte_at_a_time
         self.parser = FrameParser()
+        if ssl_request:  # ask for TLS first; the test server says no ('N'), as libpq allows
+            self.send(startup(SSL_REQUEST))
+            assert self.sock.recv(1) == b"N"
         self.send(startup(196608, b"user\0postgres\0database\0postgres\0\0"))
         assert self.until_ready()[-1].type == b"Z"
 
@@ -218,7 +224,7 @@ def test_cut_after_commit_reports_the_servers_rollback(
 def test_a_client_sending_one_byte_at_a_time_is_cut_on_the_real_commit(
     pg_proxy: PgProxy, pg_schema: PgSchema, table: str
 ) -> None:
-    client = RawClient(pg_proxy, byte_at_a_time=True)
+    client = RawClient(pg_proxy, byte_at_a_time=True, ssl_request=True)
     try:
         pg_proxy.cut_after_commit()
         assert _tags(client.query("BEGIN")) == ["BEGIN"]
@@ -461,6 +467,32 @@ def test_wait_held_is_bounded(pg_proxy: PgProxy) -> None:
     with pytest.raises(TimeoutError):
         pg_proxy.wait_held(0.05)
     pg_proxy.release()
+
+
+def test_a_cancel_request_is_relayed(pg_proxy: PgProxy, via_proxy, pg_server) -> None:
+    conn = _connect(pg_proxy, via_proxy)
+    (pid,) = conn.execute("SELECT pg_backend_pid()").fetchone() or (0,)
+    outcome: list[BaseException] = []
+
+    def sleep() -> None:
+        try:
+            conn.execute("SELECT pg_sleep(30)")
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=sleep, daemon=True)
+    thread.start()
+    with pg_server.connect() as watcher:  # bounded poll until the sleep is running
+        deadline = time.monotonic() + WAIT
+        query = "SELECT state = 'active' FROM pg_stat_activity WHERE pid = %s"
+        while watcher.execute(query, [pid]).fetchone() != (True,):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    conn.cancel_safe(timeout=WAIT)  # a CancelRequest on a new connection to the proxy
+    thread.join(WAIT)
+    assert len(outcome) == 1
+    assert isinstance(outcome[0], errors.QueryCanceled)
+    assert conn.execute("SELECT 1").fetchone() == (1,)
 
 
 # --------------------------------------------------------------------------- integrity

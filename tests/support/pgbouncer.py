@@ -43,7 +43,7 @@ def pgbouncer_binary(*, install: bool = True) -> Path:
         ["bash", str(INSTALL_PGBOUNCER)],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=100,  # inside pytest-timeout's 120 s per test
         check=False,
     )
     if proc.returncode != 0:

@@ -472,7 +472,7 @@ class PgProxy:
 
     def _accept_loop(self) -> None:
         while True:
-            ready, _, _ = select.select([self._listener, self._wake_r], [], [])
+            ready, _, _ = select.select([self._listener.fileno(), self._wake_r], [], [])
             if self._wake_r in ready:
                 return
             try:

@@ -30,7 +30,7 @@ unit: $(STAMP)
 
 ## demo: the library in action, offline, in under a second
 demo: $(STAMP)
-	$(BIN)/ctrlrun demo
+	$(BIN)/python examples/quickstart.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .coverage build src/*.egg-info

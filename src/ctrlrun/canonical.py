@@ -51,8 +51,6 @@ def plain(value: Any, path: str = "$") -> Any:
             f"{path}: float {value!r} refused; use integer minor units or a decimal string",
             path=path,
         )
-    if isinstance(value, bool):  # a bool subclass is still a bool
-        return bool(value)
     if isinstance(value, str):  # StrEnum and other str subclasses keep their plain value
         return str.__str__(value)
     if isinstance(value, int):

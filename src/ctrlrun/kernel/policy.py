@@ -224,14 +224,14 @@ class Policy:
     @classmethod
     def from_yaml(cls, text: str, *, source: str | None = None) -> Policy:
         """Parse and validate YAML text. Raises ``PolicyError`` and nothing else."""
-        from ctrlrun.config import load_policy_text  # noqa: PLC0415 - the kernel imports no parser
+        from ctrlrun.config import load_policy_text
 
         return load_policy_text(text, source=source)
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> Policy:
         """Read, parse and validate a policy file. Raises ``PolicyError`` and nothing else."""
-        from ctrlrun.config import load_policy_file  # noqa: PLC0415 - the kernel imports no parser
+        from ctrlrun.config import load_policy_file
 
         return load_policy_file(path)
 

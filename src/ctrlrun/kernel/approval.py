@@ -1,0 +1,154 @@
+"""Approvals: a human's yes or no to one exact action, single use, expiring.
+
+A request is bound to an action hash. A grant authorises exactly that hash, once, until the
+request expires. ``plan_consume`` and ``plan_answer`` are the pure checks every store runs
+inside its write transaction, in a fixed order.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any, Final
+
+from ctrlrun.errors import (
+    ActionDenied,
+    ApprovalMismatch,
+    DenyReason,
+    InvalidArgument,
+    MismatchReason,
+    Refused,
+)
+
+DEFAULT_APPROVAL_TTL: Final = timedelta(minutes=15)
+
+
+class ApprovalStatus(StrEnum):
+    """Where an approval request stands."""
+
+    PENDING = "pending"
+    GRANTED = "granted"
+    DENIED = "denied"
+    EXPIRED = "expired"
+    CONSUMED = "consumed"
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRequestDraft:
+    """What a caller asks a store to record; the store stamps ``created_at``/``expires_at``."""
+
+    approval_id: str
+    action: dict[str, Any]  # the full action, as ``Action.to_dict()``, for the human
+    action_hash: str
+    policy_hash: str
+    ttl: timedelta = DEFAULT_APPROVAL_TTL
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRecord:
+    """A stored approval request and its answer."""
+
+    approval_id: str
+    action_hash: str
+    action: dict[str, Any]
+    policy_hash: str
+    status: ApprovalStatus
+    created_at: datetime
+    expires_at: datetime
+    approver: str | None = None
+    answered_at: datetime | None = None
+    consumed_at: datetime | None = None
+    consumed_by: str | None = None  # the action_id that spent it
+
+    def is_expired(self, now: datetime) -> bool:
+        """True once ``now`` is past the request's expiry."""
+        return now > self.expires_at
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalPlan:
+    """A check's verdict: proceed (``refusal is None``), or refuse after maybe expiring it."""
+
+    refusal: Refused | None = None
+    expire: bool = False  # write the record EXPIRED (kept) before raising ``refusal``
+
+
+_OK: Final = ApprovalPlan()
+
+
+def _mismatch(approval_id: str, reason: MismatchReason, detail: str) -> ApprovalMismatch:
+    return ApprovalMismatch(
+        f"approval {approval_id} {detail}", reason=reason, approval_id=approval_id
+    )
+
+
+def plan_consume(
+    record: ApprovalRecord | None, *, approval_id: str, action_hash: str, now: datetime
+) -> ApprovalPlan:
+    """May ``approval_id`` authorise an action hashing to ``action_hash`` now?
+
+    Checked in this order: unknown → mismatch (before status, so a mutated action leaves the
+    approval granted for the original) → denied (``ActionDenied``) → not granted → expired
+    (the record is written EXPIRED before the refusal is raised).
+    """
+    if record is None:
+        return ApprovalPlan(_mismatch(approval_id, MismatchReason.UNKNOWN, "is unknown"))
+    if record.action_hash != action_hash:
+        return ApprovalPlan(
+            _mismatch(
+                approval_id,
+                MismatchReason.MISMATCH,
+                f"was granted for {record.action_hash}, not for {action_hash}",
+            )
+        )
+    if record.status is ApprovalStatus.DENIED:
+        return ApprovalPlan(
+            ActionDenied(
+                f"approval {approval_id} was denied by {record.approver}",
+                reason=DenyReason.APPROVAL_DENIED,
+            )
+        )
+    if record.status is not ApprovalStatus.GRANTED:
+        reason = MismatchReason(record.status.value)
+        return ApprovalPlan(_mismatch(approval_id, reason, f"is {record.status}, not granted"))
+    if record.is_expired(now):
+        return _expired(record)
+    return _OK
+
+
+def plan_answer(record: ApprovalRecord | None, *, approval_id: str, now: datetime) -> ApprovalPlan:
+    """May a human grant or deny ``approval_id`` now? Unknown → not pending → expired."""
+    if record is None:
+        return ApprovalPlan(_mismatch(approval_id, MismatchReason.UNKNOWN, "is unknown"))
+    if record.status is not ApprovalStatus.PENDING:
+        reason = (
+            MismatchReason.EXPIRED
+            if record.status is ApprovalStatus.EXPIRED
+            else MismatchReason.ANSWERED
+        )
+        return ApprovalPlan(
+            _mismatch(approval_id, reason, f"is already {record.status}; it cannot be answered")
+        )
+    if record.is_expired(now):
+        return _expired(record)
+    return _OK
+
+
+def _expired(record: ApprovalRecord) -> ApprovalPlan:
+    detail = f"expired at {record.expires_at.isoformat()}"
+    return ApprovalPlan(
+        _mismatch(record.approval_id, MismatchReason.EXPIRED, detail),
+        expire=record.status is not ApprovalStatus.EXPIRED,
+    )
+
+
+def check_person(value: object, what: str = "approver") -> str:
+    """``value`` if it is a usable name: non-empty, one line, no control or format characters."""
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidArgument(f"{what} must be a non-empty string, got {value!r}")
+    for char in value:
+        if unicodedata.category(char) in {"Cc", "Cf", "Zl", "Zp"}:
+            raise InvalidArgument(f"{what} must be one line of printable text, got {value!r}")
+    return value

@@ -1,0 +1,394 @@
+"""``Control``: the one composer of a protected call.
+
+normalize → decide → approve → reserve → execute → record. The policy decides, the store
+reserves and records, and ``Control`` only sequences them and maps the executor's outcome:
+a return is COMMITTED, ``NotExecuted`` is FAILED, anything else (``BaseException`` included)
+is AMBIGUOUS and re-raised. A store exception is never read as "not executed".
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, NoReturn
+
+from ctrlrun._time import Clock, check_positive, utc_now
+from ctrlrun.canonical import new_id
+from ctrlrun.errors import (
+    ActionDenied,
+    AmbiguousEffect,
+    ApprovalMismatch,
+    ApprovalRequired,
+    DenyReason,
+    DuplicateEffect,
+    EffectKeyError,
+    InvalidArgument,
+    NotExecuted,
+    Refused,
+)
+from ctrlrun.kernel.action import Action
+from ctrlrun.kernel.approval import DEFAULT_APPROVAL_TTL, ApprovalRequestDraft
+from ctrlrun.kernel.effect import DEFAULT_LEASE, EffectState
+from ctrlrun.kernel.event import EventDraft, EventType
+from ctrlrun.kernel.policy import ActionPolicy, Decision, Policy
+from ctrlrun.kernel.receipt import Receipt, ReceiptResult
+from ctrlrun.kernel.template import Template
+from ctrlrun.runtime.context import current_approval, executor_scope
+from ctrlrun.runtime.receipts import Verdict, describe, evaluated, proposed, receipt_draft
+from ctrlrun.runtime.reconcile import Reconcile, reconcile_blocked
+from ctrlrun.runtime.sinks import Sink, emit
+from ctrlrun.store.protocol import FinishRequest, Started, StartRequest, StateStore
+
+log = logging.getLogger("ctrlrun")
+
+
+@dataclass(frozen=True, slots=True)
+class CallSpec:
+    """How one call is to be protected, beyond what the policy says."""
+
+    effect_key: str | None = None
+    effect: Template | None = None
+    lease: timedelta | None = None
+    reconcile: Reconcile | None = None
+    approval_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """One call in flight: the action, the verdict, its key and the events so far."""
+
+    action: Action
+    verdict: Verdict
+    effect_key: str | None
+    started_at: datetime
+    pre: tuple[EventDraft, ...]
+
+
+class Control:
+    """Protects calls against ``policy``, recording in ``store``.
+
+    ``lease`` bounds how long an attempt may hold its effect key before a contender finds it
+    lapsed (and AMBIGUOUS); ``clock`` stamps receipts; ``sinks`` receive every receipt after the
+    store has it and can never fail an action.
+    """
+
+    def __init__(
+        self,
+        policy: Policy,
+        store: StateStore,
+        *,
+        lease: timedelta = DEFAULT_LEASE,
+        clock: Clock | None = None,
+        approval_ttl: timedelta = DEFAULT_APPROVAL_TTL,
+        sinks: Sequence[Sink] = (),
+    ) -> None:
+        self.policy = policy
+        self.store = store
+        self.lease = check_positive(lease, "lease")
+        self.approval_ttl = check_positive(approval_ttl, "approval_ttl")
+        self._clock = clock or utc_now
+        self._sinks = tuple(sinks)
+
+    @classmethod
+    def from_file(cls, path: str | None = None, **kwargs: Any) -> Control:
+        """Policy from ``path``, ``$CTRLRUN_CONFIG`` or ``./ctrlrun.yaml``; store from
+        ``$CTRLRUN_STORE_URL`` or ``.ctrlrun/state.db`` beside the policy."""
+        from ctrlrun.runtime.locate import open_default_store, policy_path
+
+        found = policy_path(path)
+        policy = Policy.from_file(found)
+        store = kwargs.pop("store", None) or open_default_store(found)
+        return cls(policy, store, **kwargs)
+
+    # --- entry points ---------------------------------------------------------------------
+
+    def execute(
+        self,
+        action: Action,
+        executor: Callable[..., Any],
+        *,
+        effect_key: str | None = None,
+        effect: str | Template | None = None,
+        lease: timedelta | None = None,
+        reconcile: Reconcile | None = None,
+        approval_id: str | None = None,
+    ) -> Receipt:
+        """Run ``executor(**action.canonical_arguments)`` under every check; return the receipt.
+
+        Raises the refusal (``ActionDenied``, ``ApprovalRequired``, ``ApprovalMismatch``,
+        ``DuplicateEffect``, ``AmbiguousEffect``) with the executor never called, or re-raises
+        the executor's own exception after recording FAILED (``NotExecuted``) or AMBIGUOUS.
+        """
+        spec = _spec(effect_key, effect, lease, reconcile, approval_id)
+        return self.run(action, executor, spec)[1]
+
+    def run(
+        self, action: Action, executor: Callable[..., Any], spec: CallSpec
+    ) -> tuple[Any, Receipt]:
+        """The pipeline; returns the executor's value and the receipt."""
+        started_at = self._clock()
+        entry = self.policy.entry(action.name)
+        key = self._effect_key(action, entry, spec, started_at)
+        evaluation = self.policy.evaluate(action)
+        verdict = Verdict(str(evaluation.decision), evaluation.label, self.policy.policy_hash)
+        call = _Call(
+            action, verdict, key, started_at, (proposed(action), evaluated(action, verdict, key))
+        )
+        if evaluation.decision is Decision.DENY:
+            denied = ActionDenied(
+                f"{action.name}: denied ({evaluation.label})",
+                reason=evaluation.deny_reason or DenyReason.POLICY,
+                action_id=action.action_id,
+                rule=evaluation.rule,
+            )
+            self._refuse(call, denied, ReceiptResult.DENIED, _denied_event(call, denied))
+        approval_id = None
+        if evaluation.decision is Decision.APPROVE:
+            approval_id = spec.approval_id or current_approval()
+            if approval_id is None:
+                self._request_approval(call)
+        started = self._start(call, approval_id, entry, spec)
+        return self._execute(call, executor, started)
+
+    # --- normalize and decide -------------------------------------------------------------
+
+    def _effect_key(
+        self, action: Action, entry: ActionPolicy | None, spec: CallSpec, now: datetime
+    ) -> str | None:
+        if spec.effect_key is not None:
+            return spec.effect_key
+        template = spec.effect or (entry.effect if entry is not None else None)
+        if template is None:
+            return None
+        try:
+            return template.render(action.arguments, action.resource)
+        except EffectKeyError as exc:
+            exc.action_id = action.action_id
+            verdict = Verdict("deny", "effect_key_error", self.policy.policy_hash)
+            call = _Call(action, verdict, None, now, (proposed(action),))
+            self._refuse(call, exc, ReceiptResult.DENIED, _denied_event(call, exc))
+
+    def _request_approval(self, call: _Call) -> NoReturn:
+        draft = ApprovalRequestDraft(
+            approval_id=new_id("apr"),
+            action=call.action.to_dict(),
+            action_hash=call.action.action_hash,
+            policy_hash=call.verdict.policy_hash,
+            ttl=self.approval_ttl,
+        )
+        self.store.put_approval_request(draft, call.pre)
+        raise ApprovalRequired(
+            f"{call.action.name} needs a human: `ctrlrun approve {draft.approval_id}`, then"
+            " call again inside with_approval(...)",
+            request_id=draft.approval_id,
+            action_id=call.action.action_id,
+        )
+
+    # --- reserve --------------------------------------------------------------------------
+
+    def _start(
+        self, call: _Call, approval_id: str | None, entry: ActionPolicy | None, spec: CallSpec
+    ) -> Started:
+        request = StartRequest(
+            action_id=call.action.action_id,
+            effect_key=call.effect_key,
+            lease=spec.lease or self.lease,
+            approval_id=approval_id,
+            action_hash=call.action.action_hash,
+            max_attempts=entry.max_attempts if entry is not None else None,
+            events=call.pre,
+        )
+        try:
+            return self.store.start_action(request)
+        except AmbiguousEffect as exc:
+            if spec.reconcile is None or call.effect_key is None:
+                self._refuse_start(call, exc)
+            if not reconcile_blocked(self.store, call.action, call.effect_key, spec.reconcile):
+                self._refuse_start(call, exc)
+        except Refused as exc:
+            self._refuse_start(call, exc)
+        try:
+            return self.store.start_action(request)
+        except Refused as exc:
+            self._refuse_start(call, exc)
+
+    def _refuse_start(self, call: _Call, exc: Refused) -> NoReturn:
+        result = ReceiptResult.BLOCKED
+        if isinstance(exc, ApprovalMismatch):
+            kind, data = EventType.APPROVAL_INVALIDATED, {"reason": str(exc.reason)}
+        elif isinstance(exc, ActionDenied) and exc.reason is DenyReason.APPROVAL_DENIED:
+            self._refuse(call, exc, ReceiptResult.DENIED, _denied_event(call, exc))
+        else:
+            kind, data = EventType.EFFECT_RESERVATION_REFUSED, {"reason": str(exc.reason)}
+            if isinstance(exc, DuplicateEffect):
+                data["state"] = str(exc.state)
+        event = EventDraft(kind, call.action.action_id, call.effect_key, data=data)
+        self._refuse(call, exc, result, event)
+
+    def _refuse(
+        self, call: _Call, exc: Refused, result: ReceiptResult, event: EventDraft
+    ) -> NoReturn:
+        """Record the refusal (events + receipt, one transaction), then raise it."""
+        now = self._clock()
+        draft = receipt_draft(
+            call.action,
+            call.verdict,
+            result,
+            started_at=call.started_at,
+            finished_at=now,
+            effect_key=call.effect_key,
+            error=describe(exc),
+        )
+        receipt = self.store.record((*call.pre, event), draft)
+        assert receipt is not None
+        emit(self._sinks, receipt)
+        raise exc
+
+    # --- execute and record ---------------------------------------------------------------
+
+    def _execute(
+        self, call: _Call, executor: Callable[..., Any], started: Started
+    ) -> tuple[Any, Receipt]:
+        reservation = started.reservation
+        attempt = reservation.attempt if reservation is not None else None
+        try:
+            with executor_scope(call.effect_key, attempt):
+                value = executor(**call.action.canonical_arguments)
+        except NotExecuted as exc:
+            self._finish(call, started, EffectState.FAILED, None, exc)
+            raise
+        except BaseException as exc:
+            self._finish(call, started, EffectState.AMBIGUOUS, None, exc)
+            raise
+        return value, self._finish(call, started, EffectState.COMMITTED, value, None)
+
+    def _finish(
+        self,
+        call: _Call,
+        started: Started,
+        outcome: EffectState,
+        value: Any,
+        exc: BaseException | None,
+    ) -> Receipt:
+        attempt = started.reservation.attempt if started.reservation is not None else None
+        error = describe(exc) if exc is not None else None
+        draft = self._draft(call, started, ReceiptResult(outcome.value), error, attempt)
+        data = {"attempt": attempt} if error is None else {"attempt": attempt, "error": error}
+        event = EventDraft(
+            _OUTCOME_EVENTS[outcome], call.action.action_id, call.effect_key, data=data
+        )
+        request = FinishRequest(
+            action_id=call.action.action_id,
+            receipt=draft,
+            effect_key=call.effect_key,
+            attempt=attempt,
+            outcome=outcome if call.effect_key else None,
+            result=value,
+            error=error,
+            events=(event,),
+        )
+        try:
+            receipt = self.store.finish_action(request)
+        except Refused as refusal:
+            receipt = self._outcome_refused(
+                call,
+                started=started,
+                outcome=outcome,
+                error=error,
+                refusal=refusal,
+                attempt=attempt,
+            )
+            if outcome is not EffectState.AMBIGUOUS:
+                emit(self._sinks, receipt)
+                raise refusal from exc
+        emit(self._sinks, receipt)
+        return receipt
+
+    def _outcome_refused(
+        self,
+        call: _Call,
+        *,
+        started: Started,
+        outcome: EffectState,
+        error: str | None,
+        refusal: Refused,
+        attempt: int | None,
+    ) -> Receipt:
+        """The store would not take the outcome (the lease lapsed and a contender, or a human,
+        moved the record): what happened is unknown to the store, so the receipt says
+        AMBIGUOUS and names both the outcome and the refusal."""
+        log.warning(
+            "ctrlrun: %s outcome %s for %s was refused by the store: %s",
+            call.action.name,
+            outcome,
+            call.effect_key,
+            refusal,
+        )
+        detail = f"outcome {outcome} not recorded: {describe(refusal)}"
+        if error is not None:
+            detail = f"{error}; {detail}"
+        draft = self._draft(call, started, ReceiptResult.AMBIGUOUS, detail, attempt)
+        event = EventDraft(
+            EventType.EXECUTION_AMBIGUOUS,
+            call.action.action_id,
+            call.effect_key,
+            data={"attempt": attempt, "intended": str(outcome), "error": detail},
+        )
+        stored = self.store.record((event,), draft)
+        assert stored is not None
+        return stored
+
+    def _draft(
+        self,
+        call: _Call,
+        started: Started,
+        result: ReceiptResult,
+        error: str | None,
+        attempt: int | None,
+    ) -> dict[str, Any]:
+        approval = started.approval
+        return receipt_draft(
+            call.action,
+            call.verdict,
+            result,
+            started_at=call.started_at,
+            finished_at=self._clock(),
+            effect_key=call.effect_key,
+            attempt=attempt,
+            approval_id=approval.approval_id if approval else None,
+            approver=approval.approver if approval else None,
+            error=error,
+        )
+
+
+_OUTCOME_EVENTS = {
+    EffectState.COMMITTED: EventType.EXECUTION_COMMITTED,
+    EffectState.FAILED: EventType.EXECUTION_FAILED,
+    EffectState.AMBIGUOUS: EventType.EXECUTION_AMBIGUOUS,
+}
+
+
+def _denied_event(call: _Call, exc: ActionDenied) -> EventDraft:
+    return EventDraft(
+        EventType.ACTION_DENIED,
+        call.action.action_id,
+        call.effect_key,
+        data={"reason": str(exc.reason), "rule": exc.rule},
+    )
+
+
+def _spec(
+    effect_key: str | None,
+    effect: str | Template | None,
+    lease: timedelta | None,
+    reconcile: Reconcile | None,
+    approval_id: str | None,
+) -> CallSpec:
+    if effect_key is not None and (not isinstance(effect_key, str) or not effect_key):
+        raise InvalidArgument(f"effect_key must be a non-empty string, got {effect_key!r}")
+    template = Template.parse(effect) if isinstance(effect, str) else effect
+    if lease is not None:
+        check_positive(lease, "lease")
+    return CallSpec(effect_key, template, lease, reconcile, approval_id)

@@ -1,0 +1,46 @@
+"""Where the policy file and the default store live."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Final
+
+from ctrlrun.errors import PolicyError
+
+POLICY_FILE: Final = "ctrlrun.yaml"
+STATE_DIR: Final = ".ctrlrun"
+STATE_FILE: Final = "state.db"
+
+
+def policy_path(path: str | os.PathLike[str] | None = None) -> Path:
+    """``path``, else ``$CTRLRUN_CONFIG``, else ``./ctrlrun.yaml``. A set-but-empty variable is
+    an error, not a fallback."""
+    if path is not None:
+        return Path(path)
+    env = os.environ.get("CTRLRUN_CONFIG")
+    if env is not None:
+        if not env.strip():
+            raise PolicyError("CTRLRUN_CONFIG is set but empty", key="CTRLRUN_CONFIG")
+        return Path(env)
+    return Path(POLICY_FILE)
+
+
+def default_store_path(policy: Path) -> Path:
+    """``.ctrlrun/state.db`` beside the policy file."""
+    return policy.absolute().parent / STATE_DIR / STATE_FILE
+
+
+def open_default_store(policy: Path) -> Any:
+    """``$CTRLRUN_STORE_URL`` if set, else the SQLite file beside ``policy`` (its directory is
+    created on first use)."""
+    from ctrlrun.store import open_store
+
+    url = os.environ.get("CTRLRUN_STORE_URL")
+    if url:
+        return open_store(url)
+    target = default_store_path(policy)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    from ctrlrun.store.sqlite import SQLiteStateStore
+
+    return SQLiteStateStore(target)

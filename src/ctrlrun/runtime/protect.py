@@ -1,0 +1,141 @@
+"""``@protect``: turn a function into a guarded action.
+
+Each call binds its arguments (defaults applied) into an ``Action`` for the current principal
+and runs it through ``Control``; the function itself is the executor and receives the canonical
+arguments, never the caller's objects. Templates and signatures are checked when the decorator
+is applied, so a typo fails at import time, not at the first refund.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import threading
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any, ParamSpec, TypeVar
+
+from ctrlrun._time import check_positive
+from ctrlrun.errors import ActionDenied, DenyReason, EffectKeyError, InvalidArgument
+from ctrlrun.kernel.action import Action, check_action_name
+from ctrlrun.kernel.template import RESOURCE, Template
+from ctrlrun.runtime.context import current_principal
+from ctrlrun.runtime.control import CallSpec, Control
+from ctrlrun.runtime.reconcile import Reconcile
+
+log = logging.getLogger("ctrlrun")
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_default: Control | None = None
+_default_lock = threading.Lock()
+
+
+def default_control() -> Control:
+    """The process-wide ``Control``, built on first use by ``Control.from_file()``."""
+    global _default  # noqa: PLW0603 - one lazily built default per process, by design
+    with _default_lock:
+        if _default is None:
+            _default = Control.from_file()
+        return _default
+
+
+def set_default_control(control: Control | None) -> None:
+    """Replace (or, with None, forget) the process-wide default ``Control``."""
+    global _default  # noqa: PLW0603
+    with _default_lock:
+        _default = control
+
+
+def protect(
+    name: str,
+    *,
+    effect: str | None = None,
+    resource: str | None = None,
+    lease: timedelta | None = None,
+    reconcile: Reconcile | None = None,
+    control: Control | None = None,
+) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Protect a function as action ``name``.
+
+    ``effect`` is the effect-key template (``"refund:{payment_id}"``; the policy's ``effect``
+    applies when omitted), ``resource`` a template for the action's resource, ``lease`` how long
+    an attempt may hold the key, ``reconcile`` a hook consulted when the key is AMBIGUOUS, and
+    ``control`` the ``Control`` to use (default: ``Control.from_file()``, built lazily).
+    Raises ``InvalidArgument`` at decoration for a bad name, template, lease or signature.
+    """
+    check_action_name(name)
+    effect_t = Template.parse(effect) if effect is not None else None
+    resource_t = Template.parse(resource) if resource is not None else None
+    if resource_t is not None and RESOURCE in resource_t.placeholders:
+        raise InvalidArgument(f"resource template {resource!r} cannot refer to {{resource}}")
+    if lease is not None:
+        check_positive(lease, "lease")
+
+    def decorate(fn: Callable[P, R]) -> Callable[P, R]:
+        signature = _check_signature(name, fn, effect_t, resource_t)
+
+        @functools.wraps(fn)
+        def protected(*args: P.args, **kwargs: P.kwargs) -> R:
+            principal = current_principal()
+            if principal is None:
+                log.warning("ctrlrun: %s called outside ctrlrun.context(...): denied", name)
+                raise ActionDenied(
+                    f"{name}: no principal (call it inside ctrlrun.context(agent=...))",
+                    reason=DenyReason.NO_PRINCIPAL,
+                )
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            arguments = dict(bound.arguments)
+            ctl = control or default_control()
+            entry = ctl.policy.entry(name)
+            template = resource_t or (entry.resource if entry is not None else None)
+            action = Action(
+                name, arguments, principal, resource=_render_resource(template, arguments)
+            )
+            spec = CallSpec(effect=effect_t, lease=lease, reconcile=reconcile)
+            value, _ = ctl.run(action, fn, spec)
+            return value  # type: ignore[no-any-return]
+
+        protected.__ctrlrun_action__ = name  # type: ignore[attr-defined]
+        return protected
+
+    return decorate
+
+
+def _check_signature(
+    name: str, fn: Callable[..., Any], effect: Template | None, resource: Template | None
+) -> inspect.Signature:
+    signature = inspect.signature(fn)
+    parameters = signature.parameters
+    for parameter in parameters.values():
+        if parameter.kind in (
+            parameter.VAR_POSITIONAL,
+            parameter.VAR_KEYWORD,
+            parameter.POSITIONAL_ONLY,
+        ):
+            raise InvalidArgument(
+                f"{name}: protected functions take named parameters only"
+                f" ({parameter.name!r} is {parameter.kind.description})"
+            )
+    for template in (t for t in (effect, resource) if t is not None):
+        for placeholder in template.placeholders:
+            if placeholder == RESOURCE and template is effect:
+                continue  # the action's resource, resolved per call
+            if placeholder not in parameters:
+                raise InvalidArgument(
+                    f"{name}: template {template.source!r} names {placeholder!r}, which is not"
+                    f" a parameter of {fn.__qualname__}"
+                )
+    return signature
+
+
+def _render_resource(template: Template | None, arguments: dict[str, Any]) -> str | None:
+    if template is None:
+        return None
+    try:
+        return template.render(arguments)
+    except EffectKeyError as exc:
+        raise InvalidArgument(f"resource: {exc}") from exc

@@ -1,0 +1,93 @@
+"""The receipt document a ``Control`` asks the store to chain, and the events it appends."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from ctrlrun._time import encode_receipt_instant
+from ctrlrun.canonical import new_id
+from ctrlrun.kernel.action import Action
+from ctrlrun.kernel.event import EventDraft, EventType
+from ctrlrun.kernel.receipt import RECEIPT_SCHEMA, ReceiptResult
+from ctrlrun.store.codec import safe_text
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What the policy decided, as receipts and events carry it."""
+
+    decision: str
+    reason: str
+    policy_hash: str
+
+
+def receipt_draft(
+    action: Action,
+    verdict: Verdict,
+    result: ReceiptResult,
+    *,
+    started_at: datetime,
+    finished_at: datetime,
+    effect_key: str | None = None,
+    attempt: int | None = None,
+    approval_id: str | None = None,
+    approver: str | None = None,
+    error: str | None = None,
+) -> dict[str, Any]:
+    """The receipt document, without the ``seq``/``prev_hash`` the store adds when chaining."""
+    return {
+        "schema": RECEIPT_SCHEMA,
+        "receipt_id": new_id("rcp"),
+        "action_id": action.action_id,
+        "action": action.name,
+        "action_hash": action.action_hash,
+        "principal": action.principal.to_dict(),
+        "resource": action.resource,
+        "environment": action.environment,
+        "arguments": action.arguments,
+        "decision": verdict.decision,
+        "decision_reason": verdict.reason,
+        "policy_hash": verdict.policy_hash,
+        "approval_id": approval_id,
+        "approver": approver,
+        "effect_key": effect_key,
+        "attempt": attempt,
+        "result": str(result),
+        "error": None if error is None else safe_text(error),
+        "started_at": encode_receipt_instant(started_at),
+        "finished_at": encode_receipt_instant(finished_at),
+    }
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: message`` for evidence; never raises."""
+    try:
+        text = str(exc)
+    except Exception:  # a broken __str__ must not cost the evidence
+        text = "<unprintable>"
+    return safe_text(f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
+
+
+def proposed(action: Action) -> EventDraft:
+    """``ACTION_PROPOSED`` carrying the whole action, so an in-flight call can be inspected."""
+    return EventDraft(
+        EventType.ACTION_PROPOSED,
+        action.action_id,
+        data={"action": action.to_dict(), "action_hash": action.action_hash},
+    )
+
+
+def evaluated(action: Action, verdict: Verdict, effect_key: str | None) -> EventDraft:
+    """``POLICY_EVALUATED`` with the decision, its reason and the policy hash."""
+    return EventDraft(
+        EventType.POLICY_EVALUATED,
+        action.action_id,
+        effect_key,
+        data={
+            "decision": verdict.decision,
+            "reason": verdict.reason,
+            "policy_hash": verdict.policy_hash,
+        },
+    )

@@ -1,0 +1,68 @@
+"""Reconcile hooks: asking the world whether an AMBIGUOUS effect happened.
+
+A hook is ``(effect_key) -> "committed" | "not_executed" | "unknown"``. It is consulted at most
+once per call, when an AMBIGUOUS record refuses a new reservation. ``committed`` and
+``not_executed`` resolve the record (to COMMITTED / FAILED) on the hook's word; ``unknown``, a
+hook that raises an ``Exception``, or any other answer changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, Final, Literal
+
+from ctrlrun.errors import InvalidArgument
+from ctrlrun.kernel.action import Action
+from ctrlrun.kernel.effect import EffectState
+from ctrlrun.kernel.event import EventDraft, EventType
+from ctrlrun.runtime.receipts import describe
+
+log = logging.getLogger("ctrlrun")
+
+ReconcileOutcome = Literal["committed", "not_executed", "unknown"]
+Reconcile = Callable[[str], ReconcileOutcome | str]
+
+_TARGETS: Final = {"committed": EffectState.COMMITTED, "not_executed": EffectState.FAILED}
+
+
+def ask(hook: Reconcile, effect_key: str) -> tuple[str, dict[str, Any]]:
+    """The hook's answer (``unknown`` unless it gave a valid one) and why."""
+    try:
+        answer = hook(effect_key)
+    except Exception as exc:  # a broken hook is an unknown, never a verdict
+        log.warning("ctrlrun: reconcile hook for %s raised: %s", effect_key, exc)
+        return "unknown", {"reason": "raised", "error": describe(exc)}
+    if answer in ("committed", "not_executed", "unknown"):
+        return str(answer), {}
+    log.warning("ctrlrun: reconcile hook for %s returned %r", effect_key, answer)
+    return "unknown", {"reason": "invalid_return", "returned": repr(answer)[:200]}
+
+
+def reconcile_blocked(store: Any, action: Action, effect_key: str, hook: Reconcile) -> bool:
+    """Consult ``hook`` about the AMBIGUOUS ``effect_key``; True iff the record was resolved
+    (or moved meanwhile), so that one more reservation attempt is worth making."""
+    answer, detail = ask(hook, effect_key)
+    events = (
+        EventDraft(
+            EventType.RECONCILIATION_STARTED,
+            action.action_id,
+            effect_key,
+            data={"trigger": "blocking"},
+        ),
+        EventDraft(
+            EventType.RECONCILIATION_RESOLVED,
+            action.action_id,
+            effect_key,
+            data={"outcome": answer, **detail},
+        ),
+    )
+    store.record(events)
+    target = _TARGETS.get(answer)
+    if target is None:
+        return False
+    try:
+        store.resolve_effect(effect_key, target, f"reconcile:{action.name}", by="reconcile")
+    except InvalidArgument:
+        log.info("ctrlrun: %s moved before the reconcile answer could be applied", effect_key)
+    return True

@@ -1,0 +1,45 @@
+"""State stores: the protocol, the SQLite default, and opening one from a URL.
+
+``ctrlrun.store.postgres`` is imported only when a ``postgresql://`` URL is opened, so
+``import ctrlrun`` never imports a database driver beyond the standard library's sqlite3.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ctrlrun._time import Clock
+from ctrlrun.errors import InvalidArgument
+from ctrlrun.store.protocol import FinishRequest, Started, StartRequest, StateStore
+from ctrlrun.store.url import StoreURL, parse_store_url
+
+__all__ = [
+    "FinishRequest",
+    "StartRequest",
+    "Started",
+    "StateStore",
+    "StoreURL",
+    "open_store",
+    "parse_store_url",
+]
+
+
+def open_store(url: str, *, clock: Clock | None = None, existing: bool = False) -> Any:
+    """Open the store ``url`` names. With ``existing``, create and migrate nothing: refuse a
+    store that is missing, behind or ahead (for commands that only read evidence)."""
+    parsed = parse_store_url(url)
+    if parsed.kind == "sqlite":
+        from ctrlrun.store.sqlite import SQLiteStateStore
+
+        if existing:
+            return SQLiteStateStore.open_existing(parsed.target, clock=clock)
+        return SQLiteStateStore(parsed.target, clock=clock)
+    try:
+        from ctrlrun.postgres import PostgresStateStore  # type: ignore[import-not-found,unused-ignore]
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.startswith("ctrlrun"):
+            raise InvalidArgument("this build of ctrlrun has no Postgres store") from exc
+        raise
+    if existing:
+        return PostgresStateStore.open_existing(parsed.target, schema=parsed.schema, clock=clock)
+    return PostgresStateStore(parsed.target, schema=parsed.schema, clock=clock)

@@ -1,0 +1,112 @@
+"""Rows to records and back, shared by every backend.
+
+A backend hands rows as mappings; timestamps come through the backend's own ``read_ts``
+(SQLite stores exact ISO-8601 text, Postgres ``timestamptz``). Serialising evidence never
+fails an action: an unserialisable result is stored as its ``repr``; text that cannot be
+encoded is escaped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any, Protocol
+
+from ctrlrun.canonical import canonical_text
+from ctrlrun.errors import InvalidArgument
+from ctrlrun.kernel.approval import ApprovalRecord, ApprovalStatus
+from ctrlrun.kernel.effect import EffectRecord, EffectState
+from ctrlrun.kernel.event import Event, EventType
+from ctrlrun.kernel.receipt import StoredReceipt
+
+
+class Row(Protocol):
+    """A result row addressable by column name (``sqlite3.Row``, a psycopg dict row)."""
+
+    def __getitem__(self, key: str, /) -> Any: ...
+
+
+ReadTs = Callable[[Any], datetime]
+
+
+def _opt_ts(read_ts: ReadTs, value: Any) -> datetime | None:
+    return None if value is None else read_ts(value)
+
+
+def effect_from_row(row: Row, read_ts: ReadTs) -> EffectRecord:
+    """An ``EffectRecord`` from an ``effects`` row."""
+    result_json = row["result_json"]
+    return EffectRecord(
+        effect_key=row["effect_key"],
+        state=EffectState(row["state"]),
+        action_id=row["action_id"],
+        attempt=int(row["attempt"]),
+        created_at=read_ts(row["created_at"]),
+        updated_at=read_ts(row["updated_at"]),
+        lease_expires_at=_opt_ts(read_ts, row["lease_expires_at"]),
+        result=None if result_json is None else json.loads(result_json),
+        error=row["error"],
+        resolved_by=row["resolved_by"],
+    )
+
+
+def approval_from_row(row: Row, read_ts: ReadTs) -> ApprovalRecord:
+    """An ``ApprovalRecord`` from an ``approvals`` row."""
+    return ApprovalRecord(
+        approval_id=row["approval_id"],
+        action_hash=row["action_hash"],
+        action=json.loads(row["action_json"]),
+        policy_hash=row["policy_hash"],
+        status=ApprovalStatus(row["status"]),
+        created_at=read_ts(row["created_at"]),
+        expires_at=read_ts(row["expires_at"]),
+        approver=row["approver"],
+        answered_at=_opt_ts(read_ts, row["answered_at"]),
+        consumed_at=_opt_ts(read_ts, row["consumed_at"]),
+        consumed_by=row["consumed_by"],
+    )
+
+
+def event_from_row(row: Row, read_ts: ReadTs) -> Event:
+    """An ``Event`` from an ``events`` row."""
+    return Event(
+        event_id=int(row["event_id"]),
+        ts=read_ts(row["ts"]),
+        type=EventType(row["type"]),
+        action_id=row["action_id"],
+        effect_key=row["effect_key"],
+        approval_id=row["approval_id"],
+        data=json.loads(row["data_json"]),
+    )
+
+
+def receipt_from_row(row: Row) -> StoredReceipt:
+    """A ``StoredReceipt`` exactly as stored."""
+    seq = row["seq"]
+    return StoredReceipt(
+        seq=None if seq is None else int(seq),
+        receipt_id=row["receipt_id"],
+        text=row["document"],
+        hash=row["hash"],
+    )
+
+
+def event_data_json(data: Mapping[str, Any]) -> str:
+    """Event data as JSON text; never raises (odd values become their ``repr``)."""
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), default=repr)
+
+
+def result_json(value: Any) -> str | None:
+    """An executor's return value as canonical JSON, or ``{"repr": …}`` if it has none."""
+    if value is None:
+        return None
+    try:
+        return canonical_text(value)
+    except InvalidArgument:
+        return json.dumps({"repr": safe_text(repr(value))[:2000]})
+
+
+def safe_text(text: str) -> str:
+    """``text`` with anything UTF-8 cannot encode escaped, so evidence can always be written."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")

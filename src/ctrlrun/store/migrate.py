@@ -1,0 +1,93 @@
+"""Forward-only schema migrations: classification and the plan, independent of the database.
+
+The database records what was applied (``schema_version``); this binary knows an ordered tuple
+of migrations. Before anything else is read, the two are compared. Only a database that is
+empty, or whose applied list is a prefix of the known one, may be migrated; anything ahead,
+gapped or divergent is refused naming both sides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from ctrlrun.errors import SchemaMismatch
+
+
+class SchemaShape(StrEnum):
+    """How a database's applied migrations relate to the ones this binary knows."""
+
+    EMPTY = "empty"
+    CURRENT = "current"
+    BEHIND = "behind"
+    AHEAD = "ahead"
+    DIVERGENT = "divergent"
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaPlan:
+    """The classification and the migrations still to apply (in order)."""
+
+    shape: SchemaShape
+    pending: tuple[str, ...]
+
+
+def classify(applied: Sequence[str], known: Sequence[str]) -> SchemaPlan:
+    """Compare ``applied`` (in application order) with ``known`` (this binary's order)."""
+    applied, known = tuple(applied), tuple(known)
+    if not applied:
+        return SchemaPlan(SchemaShape.EMPTY, known)
+    if applied == known:
+        return SchemaPlan(SchemaShape.CURRENT, ())
+    if known[: len(applied)] == applied:
+        return SchemaPlan(SchemaShape.BEHIND, known[len(applied) :])
+    if set(applied) - set(known):
+        if applied[: len(known)] == known:
+            return SchemaPlan(SchemaShape.AHEAD, ())
+        return SchemaPlan(SchemaShape.DIVERGENT, ())
+    return SchemaPlan(SchemaShape.DIVERGENT, ())
+
+
+def refuse_unless_migratable(
+    plan: SchemaPlan, applied: Sequence[str], known: Sequence[str], running: str, where: str
+) -> None:
+    """Raise ``SchemaMismatch`` for a database this binary must not touch."""
+    if plan.shape in {SchemaShape.EMPTY, SchemaShape.CURRENT, SchemaShape.BEHIND}:
+        return
+    unknown = [m for m in applied if m not in known]
+    if plan.shape is SchemaShape.AHEAD:
+        message = (
+            f"{where} is at schema {applied[-1]}, newer than this ctrlrun {running} knows"
+            f" ({known[-1] if known else 'none'}); upgrade ctrlrun before opening it"
+        )
+    else:
+        message = (
+            f"{where} has schema history {list(applied)} that diverges from this ctrlrun"
+            f" {running} ({list(known)}); unknown: {unknown}. Refusing to open it"
+        )
+    raise SchemaMismatch(message, applied=tuple(applied), known=tuple(known), running=running)
+
+
+def refuse_unless_current(
+    plan: SchemaPlan, applied: Sequence[str], known: Sequence[str], running: str, where: str
+) -> None:
+    """For read-only opens: anything but CURRENT is refused with an instruction."""
+    refuse_unless_migratable(plan, applied, known, running, where)
+    if plan.shape is SchemaShape.EMPTY:
+        raise SchemaMismatch(
+            f"{where} holds no ctrlrun schema; nothing to read (a store is created by the"
+            " first protected call, or by `ctrlrun init`)",
+            applied=(),
+            known=tuple(known),
+            running=running,
+        )
+    if plan.shape is SchemaShape.BEHIND:
+        raise SchemaMismatch(
+            f"{where} is at schema {applied[-1]}, behind this ctrlrun {running}"
+            f" ({known[-1]}); this command reads only and does not migrate: open the store"
+            " once with a writing process (any protected call) to migrate it",
+            applied=tuple(applied),
+            known=tuple(known),
+            running=running,
+        )

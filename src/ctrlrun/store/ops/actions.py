@@ -1,0 +1,98 @@
+"""The two transactions of a protected call, composed from the effect/approval/evidence work."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ctrlrun.kernel.effect import EffectState
+from ctrlrun.kernel.event import EventDraft, EventType
+from ctrlrun.kernel.receipt import StoredReceipt
+from ctrlrun.store.ops import Txn
+from ctrlrun.store.ops.approvals import check_consumable_in_txn, consume_approval_in_txn
+from ctrlrun.store.ops.effects import finish_effect_in_txn, reserve_in_txn
+from ctrlrun.store.ops.evidence import append_events_in_txn, put_receipt_in_txn
+from ctrlrun.store.protocol import FinishRequest, Started, StartRequest
+
+
+def start_action_in_txn(txn: Txn, request: StartRequest) -> Started:
+    """Transaction 1: check the approval, reserve the effect, consume the approval, append.
+
+    The approval is checked before the reservation (its refusal wins when both would refuse)
+    and consumed after it, so a refused reservation leaves the approval GRANTED.
+    """
+    approval = None
+    if request.approval_id is not None:
+        approval = check_consumable_in_txn(
+            txn, approval_id=request.approval_id, action_hash=request.action_hash or ""
+        )
+    reservation = None
+    if request.effect_key is not None:
+        reservation = reserve_in_txn(
+            txn,
+            effect_key=request.effect_key,
+            action_id=request.action_id,
+            lease=request.lease,
+            max_attempts=request.max_attempts,
+            state=EffectState.EXECUTING if request.execute else EffectState.RESERVED,
+        )
+    own: list[EventDraft] = []
+    if approval is not None:
+        consume_approval_in_txn(txn, approval_id=approval.approval_id, action_id=request.action_id)
+        own.append(
+            EventDraft(
+                EventType.APPROVAL_CONSUMED,
+                request.action_id,
+                request.effect_key,
+                approval.approval_id,
+                {"approver": approval.approver},
+            )
+        )
+    attempt = reservation.attempt if reservation is not None else None
+    if reservation is not None:
+        own.append(
+            EventDraft(
+                EventType.EFFECT_RESERVED,
+                request.action_id,
+                request.effect_key,
+                data={
+                    "attempt": attempt,
+                    "lease_expires_at": reservation.lease_expires_at.isoformat(),
+                },
+            )
+        )
+    if request.execute:
+        own.append(
+            EventDraft(
+                EventType.EXECUTION_STARTED,
+                request.action_id,
+                request.effect_key,
+                data={"attempt": attempt},
+            )
+        )
+    append_events_in_txn(txn, (*request.events, *own))
+    return Started(reservation, approval)
+
+
+def finish_action_in_txn(txn: Txn, request: FinishRequest) -> StoredReceipt:
+    """Transaction 2: the outcome, the events, the chained receipt."""
+    if request.effect_key is not None and request.outcome is not None:
+        finish_effect_in_txn(
+            txn,
+            effect_key=request.effect_key,
+            action_id=request.action_id,
+            attempt=request.attempt or 0,
+            outcome=request.outcome,
+            result=request.result,
+            error=request.error,
+        )
+    append_events_in_txn(txn, request.events)
+    return put_receipt_in_txn(txn, request.receipt)
+
+
+def record_in_txn(
+    txn: Txn, events: tuple[EventDraft, ...], receipt: Mapping[str, Any] | None
+) -> StoredReceipt | None:
+    """Events and, optionally, a receipt, with nothing else."""
+    append_events_in_txn(txn, events)
+    return None if receipt is None else put_receipt_in_txn(txn, receipt)

@@ -1,0 +1,279 @@
+"""Effect reservations and transitions, inside a write transaction."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ctrlrun.errors import DuplicateEffect, DuplicateState, Refused
+from ctrlrun.kernel.effect import (
+    LEASE_EXPIRED_ERROR,
+    EffectRecord,
+    EffectState,
+    PlanKind,
+    Reservation,
+    plan_reservation,
+    plan_resolution,
+    plan_transition,
+    resolution_error,
+)
+from ctrlrun.kernel.event import EventDraft, EventType
+from ctrlrun.store.codec import effect_from_row, result_json
+from ctrlrun.store.ops import KeptRefusal, Txn
+from ctrlrun.store.ops.evidence import append_events_in_txn
+
+
+def get_effect_in_txn(txn: Txn, effect_key: str) -> EffectRecord | None:
+    """The record as this transaction sees it."""
+    row = txn.one("effect_get", {"effect_key": effect_key})
+    return None if row is None else effect_from_row(row, txn.read_ts)
+
+
+def reserve_in_txn(
+    txn: Txn,
+    *,
+    effect_key: str,
+    action_id: str,
+    lease: Any,
+    max_attempts: int | None,
+    state: EffectState,
+) -> Reservation:
+    """Reserve ``effect_key`` for ``action_id`` as the planner decides, writing ``state``.
+
+    The insert is tried first (the planner's answer for an absent record); a conflict means a
+    record exists, which is read and planned against. A write that matches no row is a lost
+    race: re-read and re-plan once, then refuse as in progress rather than loop.
+    """
+    plan = plan_reservation(
+        None, effect_key=effect_key, action_id=action_id, lease=lease, now=txn.now
+    )
+    for _ in range(2):
+        reservation = plan.reservation
+        if plan.kind is PlanKind.INSERT and reservation is not None:
+            if _insert(txn, reservation, state):
+                return reservation
+        elif plan.kind is PlanKind.RENEW and reservation is not None:
+            if _renew(txn, reservation, state, plan.renews_attempt):
+                return reservation
+        elif plan.refusal is not None:
+            _refuse(txn, plan.ambiguate, plan.refusal, effect_key, action_id)
+        plan = plan_reservation(
+            get_effect_in_txn(txn, effect_key),
+            effect_key=effect_key,
+            action_id=action_id,
+            lease=lease,
+            now=txn.now,
+            max_attempts=max_attempts,
+        )
+    if plan.refusal is not None:
+        _refuse(txn, plan.ambiguate, plan.refusal, effect_key, action_id)
+    raise DuplicateEffect(
+        f"effect {effect_key!r} changed under a concurrent writer twice; refusing",
+        state=DuplicateState.IN_PROGRESS,
+        effect_key=effect_key,
+    )
+
+
+def _insert(txn: Txn, reservation: Reservation, state: EffectState) -> bool:
+    now = txn.ts(txn.now)
+    return (
+        txn.run(
+            "effect_insert",
+            {
+                "effect_key": reservation.effect_key,
+                "state": str(state),
+                "action_id": reservation.action_id,
+                "attempt": reservation.attempt,
+                "created_at": now,
+                "updated_at": now,
+                "lease_expires_at": txn.ts(reservation.lease_expires_at),
+            },
+        )
+        == 1
+    )
+
+
+def _renew(txn: Txn, reservation: Reservation, state: EffectState, from_attempt: Any) -> bool:
+    return (
+        txn.run(
+            "effect_renew",
+            {
+                "effect_key": reservation.effect_key,
+                "state": str(state),
+                "action_id": reservation.action_id,
+                "attempt": reservation.attempt,
+                "updated_at": txn.ts(txn.now),
+                "lease_expires_at": txn.ts(reservation.lease_expires_at),
+                "from_attempt": from_attempt,
+            },
+        )
+        == 1
+    )
+
+
+def _refuse(txn: Txn, ambiguate: bool, refusal: Refused, effect_key: str, action_id: str) -> None:
+    """Raise ``refusal``; first write the lapsed record AMBIGUOUS (a kept write) if asked."""
+    if not ambiguate:
+        raise refusal
+    record = get_effect_in_txn(txn, effect_key)
+    if record is None or not record.lease_expired(txn.now):
+        raise refusal  # it moved since the plan; the refusal still holds, nothing to keep
+    error = LEASE_EXPIRED_ERROR.format(
+        attempt=record.attempt,
+        expiry=record.lease_expires_at.isoformat() if record.lease_expires_at else "never",
+    )
+    changed = _move(txn, record, EffectState.AMBIGUOUS, error=error, result=record.result)
+    if changed:
+        append_events_in_txn(
+            txn,
+            [
+                EventDraft(
+                    EventType.EFFECT_LEASE_EXPIRED,
+                    record.action_id,
+                    effect_key,
+                    data={"attempt": record.attempt, "detected_by": action_id},
+                )
+            ],
+        )
+        raise KeptRefusal(refusal)
+    raise refusal
+
+
+def _move(
+    txn: Txn,
+    record: EffectRecord,
+    target: EffectState,
+    *,
+    error: str | None,
+    result: Any,
+    lease: Any = None,
+    resolved_by: str | None = None,
+) -> bool:
+    """The one conditional UPDATE every later transition uses; True iff it matched the row."""
+    return (
+        txn.run(
+            "effect_move",
+            {
+                "effect_key": record.effect_key,
+                "state": str(target),
+                "updated_at": txn.ts(txn.now),
+                "lease_expires_at": lease,
+                "result_json": result_json(result),
+                "error": error,
+                "resolved_by": resolved_by,
+                "from_state": str(record.state),
+                "action_id": record.action_id,
+                "attempt": record.attempt,
+            },
+        )
+        == 1
+    )
+
+
+def finish_effect_in_txn(
+    txn: Txn,
+    *,
+    effect_key: str,
+    action_id: str,
+    attempt: int,
+    outcome: EffectState,
+    result: Any,
+    error: str | None,
+) -> None:
+    """Move this attempt's EXECUTING record to ``outcome``; raise the refusal if it cannot.
+
+    An AMBIGUOUS outcome also settles a RESERVED record, and is a no-op on a record this
+    attempt already left AMBIGUOUS (marking ambiguity is idempotent).
+    """
+    quick = EffectRecord(effect_key, EffectState.EXECUTING, action_id, attempt, txn.now, txn.now)
+    if _move(txn, quick, outcome, error=error, result=result):
+        return
+    record = get_effect_in_txn(txn, effect_key)
+    ours = record is not None and record.action_id == action_id and record.attempt == attempt
+    if ours and record is not None and outcome is EffectState.AMBIGUOUS:
+        if record.state is EffectState.AMBIGUOUS:
+            return
+        if record.state is EffectState.RESERVED and _move(
+            txn, record, outcome, error=error, result=result
+        ):
+            return
+    refusal = plan_transition(
+        record,
+        effect_key=effect_key,
+        action_id=action_id,
+        attempt=attempt,
+        expected=frozenset({EffectState.EXECUTING}),
+        now=txn.now,
+    )
+    raise refusal or _lost_race(effect_key)
+
+
+def begin_execution_in_txn(
+    txn: Txn, *, effect_key: str, action_id: str, attempt: int
+) -> EffectRecord:
+    """Move this attempt's RESERVED record to EXECUTING (keeping its lease)."""
+    record = get_effect_in_txn(txn, effect_key)
+    refusal = plan_transition(
+        record,
+        effect_key=effect_key,
+        action_id=action_id,
+        attempt=attempt,
+        expected=frozenset({EffectState.RESERVED}),
+        now=txn.now,
+    )
+    if refusal is not None:
+        raise refusal
+    assert record is not None
+    lease = txn.ts(record.lease_expires_at)
+    if not _move(txn, record, EffectState.EXECUTING, error=None, result=None, lease=lease):
+        raise _lost_race(effect_key)
+    append_events_in_txn(
+        txn,
+        [EventDraft(EventType.EXECUTION_STARTED, action_id, effect_key, data={"attempt": attempt})],
+    )
+    moved = get_effect_in_txn(txn, effect_key)
+    assert moved is not None
+    return moved
+
+
+def resolve_effect_in_txn(
+    txn: Txn, *, effect_key: str, target: EffectState, resolver: str, by: str
+) -> EffectRecord:
+    """Move an AMBIGUOUS record to ``target`` on a human's or a hook's word.
+
+    ``by`` is ``"human"`` or ``"reconcile"``; ``resolver`` is who, and is kept on the record.
+    """
+    record = get_effect_in_txn(txn, effect_key)
+    refusal = plan_resolution(record, effect_key=effect_key, target=target)
+    if refusal is not None:
+        raise refusal
+    assert record is not None
+    error = resolution_error(record, target, resolver)
+    if not _move(txn, record, target, error=error, result=record.result, resolved_by=resolver):
+        raise _lost_race(effect_key)
+    append_events_in_txn(
+        txn,
+        [
+            EventDraft(
+                EventType.EFFECT_RESOLVED,
+                record.action_id,
+                effect_key,
+                data={
+                    "attempt": record.attempt,
+                    "state": str(target),
+                    "resolver": resolver,
+                    "resolved_by": by,
+                },
+            )
+        ],
+    )
+    moved = get_effect_in_txn(txn, effect_key)
+    assert moved is not None
+    return moved
+
+
+def _lost_race(effect_key: str) -> DuplicateEffect:
+    return DuplicateEffect(
+        f"effect {effect_key!r} changed under a concurrent writer",
+        state=DuplicateState.IN_PROGRESS,
+        effect_key=effect_key,
+    )

@@ -1,0 +1,55 @@
+"""Events and chained receipts, inside a write transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ctrlrun.errors import StoreError
+from ctrlrun.kernel.event import EventDraft
+from ctrlrun.kernel.receipt import ChainHead, StoredReceipt, chain_receipt
+from ctrlrun.store.codec import event_data_json
+from ctrlrun.store.ops import Txn
+
+
+def append_events_in_txn(txn: Txn, drafts: Iterable[EventDraft]) -> None:
+    """Append ``drafts`` in order, stamped with the transaction's clock."""
+    ts = txn.ts(txn.now)
+    rows = [
+        {
+            "ts": ts,
+            "type": str(draft.type),
+            "action_id": draft.action_id,
+            "effect_key": draft.effect_key,
+            "approval_id": draft.approval_id,
+            "data_json": event_data_json(draft.data),
+        }
+        for draft in drafts
+    ]
+    if rows:
+        txn.run_many("event_insert", rows)
+
+
+def put_receipt_in_txn(txn: Txn, draft: Mapping[str, Any]) -> StoredReceipt:
+    """Number, link, hash and insert ``draft``; advance the head. The head row is locked first
+    and held to the end of the transaction, so concurrent writers queue instead of forking.
+    """
+    head = txn.one("chain_head_lock", {})
+    if head is None:
+        raise StoreError("the receipt chain head row is missing; the store is damaged")
+    seq, text, digest = chain_receipt(draft, ChainHead(int(head["seq"]), head["hash"]))
+    txn.run(
+        "receipt_insert",
+        {
+            "receipt_id": draft["receipt_id"],
+            "seq": seq,
+            "action_id": draft["action_id"],
+            "effect_key": draft.get("effect_key"),
+            "result": draft["result"],
+            "document": text,
+            "hash": digest,
+            "created_at": txn.ts(txn.now),
+        },
+    )
+    txn.run("chain_head_set", {"seq": seq, "hash": digest})
+    return StoredReceipt(seq, str(draft["receipt_id"]), text, digest)

@@ -1,0 +1,151 @@
+"""The ``StateStore`` contract both backends implement, and the requests it takes.
+
+A protected call's happy path costs exactly two write transactions: ``start_action`` (consume
+the approval, reserve the effect, append the events) and ``finish_action`` (record the outcome,
+chain the receipt, append the events). Every refusal is raised after the transaction rolled back,
+except the two *kept writes* (an expired lease becomes AMBIGUOUS; an expired approval becomes
+EXPIRED), which commit before the refusal is raised. Reads never transition anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Protocol, runtime_checkable
+
+from ctrlrun.kernel.approval import ApprovalRecord, ApprovalRequestDraft, ApprovalStatus
+from ctrlrun.kernel.effect import EffectRecord, EffectState, Reservation
+from ctrlrun.kernel.event import Event, EventDraft
+from ctrlrun.kernel.receipt import ChainHead, ChainReport, Receipt
+
+
+@dataclass(frozen=True, slots=True)
+class StartRequest:
+    """Begin an attempt: consume ``approval`` and reserve ``effect_key``, in one transaction.
+
+    ``events`` are appended before the store's own (``APPROVAL_CONSUMED``, ``EFFECT_RESERVED``,
+    ``EXECUTION_STARTED``). With ``execute`` the record is written EXECUTING directly; without,
+    it stays RESERVED until ``begin_execution``.
+    """
+
+    action_id: str
+    effect_key: str | None = None
+    lease: timedelta = timedelta(minutes=5)
+    approval_id: str | None = None
+    action_hash: str | None = None
+    max_attempts: int | None = None
+    execute: bool = True
+    events: tuple[EventDraft, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """What ``start_action`` granted."""
+
+    reservation: Reservation | None
+    approval: ApprovalRecord | None
+
+
+@dataclass(frozen=True, slots=True)
+class FinishRequest:
+    """Record an attempt's outcome, its events and its receipt, in one transaction.
+
+    With an ``effect_key`` the record must still be this attempt's and in a live state (or
+    already AMBIGUOUS when the outcome is AMBIGUOUS); otherwise the refusal is raised and
+    nothing is written.
+    """
+
+    action_id: str
+    receipt: Mapping[str, Any]
+    effect_key: str | None = None
+    attempt: int | None = None
+    outcome: EffectState | None = None
+    result: Any = None
+    error: str | None = None
+    events: tuple[EventDraft, ...] = ()
+
+
+@runtime_checkable
+class StateStore(Protocol):
+    """Effects, approvals, events and receipts: one contract, two backends."""
+
+    @property
+    def write_transactions(self) -> int:
+        """How many write transactions this handle has committed."""
+        ...
+
+    # --- the protected call ---------------------------------------------------------------
+    def start_action(self, request: StartRequest) -> Started:
+        """Consume and reserve atomically; raise the planner's refusal with nothing written."""
+        ...
+
+    def finish_action(self, request: FinishRequest) -> Receipt:
+        """Write the outcome, the events and the chained receipt atomically."""
+        ...
+
+    def record(
+        self, events: tuple[EventDraft, ...], receipt: Mapping[str, Any] | None = None
+    ) -> Receipt | None:
+        """Append ``events`` and chain ``receipt`` (if any) in one transaction."""
+        ...
+
+    def begin_execution(self, effect_key: str, action_id: str, attempt: int) -> EffectRecord:
+        """Move this attempt's RESERVED record to EXECUTING."""
+        ...
+
+    def resolve_effect(self, effect_key: str, state: EffectState, resolver: str) -> EffectRecord:
+        """A human's or a hook's verdict on an AMBIGUOUS record: COMMITTED or FAILED."""
+        ...
+
+    def get_effect(self, effect_key: str) -> EffectRecord | None:
+        """The record, or None. Never transitions it."""
+        ...
+
+    def list_effects(self, state: EffectState | None = None) -> tuple[EffectRecord, ...]:
+        """Records oldest first, optionally only those in ``state``."""
+        ...
+
+    # --- approvals ------------------------------------------------------------------------
+    def put_approval_request(
+        self, draft: ApprovalRequestDraft, events: tuple[EventDraft, ...] = ()
+    ) -> ApprovalRecord:
+        """Record a PENDING request (and ``APPROVAL_REQUESTED``)."""
+        ...
+
+    def grant_approval(self, approval_id: str, approver: str) -> ApprovalRecord:
+        """PENDING → GRANTED; refusals per ``plan_answer``."""
+        ...
+
+    def deny_approval(self, approval_id: str, approver: str) -> ApprovalRecord:
+        """PENDING → DENIED; refusals per ``plan_answer``."""
+        ...
+
+    def get_approval(self, approval_id: str) -> ApprovalRecord | None:
+        """The request and its answer, or None."""
+        ...
+
+    def list_approvals(self, status: ApprovalStatus | None = None) -> tuple[ApprovalRecord, ...]:
+        """Requests oldest first, optionally only those in ``status``."""
+        ...
+
+    # --- evidence -------------------------------------------------------------------------
+    def events(self, action_id: str | None = None) -> tuple[Event, ...]:
+        """Events in append order, optionally only one action's."""
+        ...
+
+    def receipts(self, action_id: str | None = None) -> tuple[Receipt, ...]:
+        """Receipts in chain order (unchained rows last), optionally only one action's."""
+        ...
+
+    def chain_head(self) -> ChainHead | None:
+        """The head row, or None if it is missing."""
+        ...
+
+    def verify_chain(self) -> ChainReport:
+        """Every break of the receipt chain by kind and seq."""
+        ...
+
+    def close(self) -> None:
+        """Release every connection. Not a fence: later use reconnects."""
+        ...

@@ -1,0 +1,98 @@
+-- Named queries for the SQLite store. Parameters are named (:name).
+
+-- name: effect_get
+SELECT effect_key, state, action_id, attempt, created_at, updated_at, lease_expires_at,
+       result_json, error, resolved_by
+FROM effects WHERE effect_key = :effect_key;
+
+-- name: effect_list
+SELECT effect_key, state, action_id, attempt, created_at, updated_at, lease_expires_at,
+       result_json, error, resolved_by
+FROM effects ORDER BY created_at, effect_key;
+
+-- name: effect_list_by_state
+SELECT effect_key, state, action_id, attempt, created_at, updated_at, lease_expires_at,
+       result_json, error, resolved_by
+FROM effects WHERE state = :state ORDER BY created_at, effect_key;
+
+-- name: effect_insert
+INSERT OR IGNORE INTO effects
+    (effect_key, state, action_id, attempt, created_at, updated_at, lease_expires_at)
+VALUES
+    (:effect_key, :state, :action_id, :attempt, :created_at, :updated_at, :lease_expires_at);
+
+-- name: effect_renew
+UPDATE effects
+SET state = :state, action_id = :action_id, attempt = :attempt, updated_at = :updated_at,
+    lease_expires_at = :lease_expires_at, result_json = NULL, error = NULL, resolved_by = NULL
+WHERE effect_key = :effect_key AND state = 'failed' AND attempt = :from_attempt;
+
+-- name: effect_move
+UPDATE effects
+SET state = :state, updated_at = :updated_at, lease_expires_at = :lease_expires_at,
+    result_json = :result_json, error = :error, resolved_by = COALESCE(:resolved_by, resolved_by)
+WHERE effect_key = :effect_key AND state = :from_state AND action_id = :action_id
+  AND attempt = :attempt;
+
+-- name: approval_get
+SELECT approval_id, action_hash, action_json, policy_hash, status, created_at, expires_at,
+       approver, answered_at, consumed_at, consumed_by
+FROM approvals WHERE approval_id = :approval_id;
+
+-- name: approval_list
+SELECT approval_id, action_hash, action_json, policy_hash, status, created_at, expires_at,
+       approver, answered_at, consumed_at, consumed_by
+FROM approvals ORDER BY created_at, approval_id;
+
+-- name: approval_list_by_status
+SELECT approval_id, action_hash, action_json, policy_hash, status, created_at, expires_at,
+       approver, answered_at, consumed_at, consumed_by
+FROM approvals WHERE status = :status ORDER BY created_at, approval_id;
+
+-- name: approval_insert
+INSERT INTO approvals
+    (approval_id, action_hash, action_json, policy_hash, status, created_at, expires_at)
+VALUES
+    (:approval_id, :action_hash, :action_json, :policy_hash, :status, :created_at, :expires_at);
+
+-- name: approval_answer
+UPDATE approvals SET status = :status, approver = :approver, answered_at = :answered_at
+WHERE approval_id = :approval_id AND status = 'pending';
+
+-- name: approval_set_status
+UPDATE approvals SET status = :status
+WHERE approval_id = :approval_id AND status = :from_status;
+
+-- name: approval_consume
+UPDATE approvals SET status = 'consumed', consumed_at = :consumed_at, consumed_by = :consumed_by
+WHERE approval_id = :approval_id AND status = 'granted';
+
+-- name: event_insert
+INSERT INTO events (ts, type, action_id, effect_key, approval_id, data_json)
+VALUES (:ts, :type, :action_id, :effect_key, :approval_id, :data_json);
+
+-- name: event_list
+SELECT event_id, ts, type, action_id, effect_key, approval_id, data_json
+FROM events ORDER BY event_id;
+
+-- name: event_list_by_action
+SELECT event_id, ts, type, action_id, effect_key, approval_id, data_json
+FROM events WHERE action_id = :action_id ORDER BY event_id;
+
+-- name: chain_head_lock
+SELECT seq, hash FROM receipt_chain WHERE id = 1;
+
+-- name: chain_head_set
+UPDATE receipt_chain SET seq = :seq, hash = :hash WHERE id = 1;
+
+-- name: receipt_insert
+INSERT INTO receipts (receipt_id, seq, action_id, effect_key, result, document, hash, created_at)
+VALUES (:receipt_id, :seq, :action_id, :effect_key, :result, :document, :hash, :created_at);
+
+-- name: receipt_list
+SELECT receipt_id, seq, document, hash FROM receipts
+ORDER BY seq IS NULL, seq, created_at;
+
+-- name: receipt_list_by_action
+SELECT receipt_id, seq, document, hash FROM receipts WHERE action_id = :action_id
+ORDER BY seq IS NULL, seq, created_at;

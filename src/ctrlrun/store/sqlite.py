@@ -1,0 +1,436 @@
+"""The embedded SQLite state store: one file, WAL, ``BEGIN IMMEDIATE`` for every write.
+
+Durable by default (``synchronous=FULL``): a committed reservation lost to a power cut would be a
+double execution waiting to happen. ``durability="normal"`` trades that for throughput and says
+so. One connection per thread (and per process after a fork); contenders wait on the busy
+timeout instead of failing. The store decides with the kernel planners and then only writes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+from ctrlrun._time import Clock, decode_instant, encode_instant, utc_now
+from ctrlrun._version import __version__
+from ctrlrun.errors import InvalidArgument, SchemaMismatch, StoreError
+from ctrlrun.kernel.approval import (
+    ApprovalRecord,
+    ApprovalRequestDraft,
+    ApprovalStatus,
+    check_person,
+)
+from ctrlrun.kernel.effect import EffectRecord, EffectState
+from ctrlrun.kernel.event import Event, EventDraft
+from ctrlrun.kernel.receipt import ChainHead, ChainReport, Receipt, verify_chain
+from ctrlrun.store import codec
+from ctrlrun.store.migrate import classify, refuse_unless_current, refuse_unless_migratable
+from ctrlrun.store.ops import KeptRefusal
+from ctrlrun.store.ops.actions import finish_action_in_txn, record_in_txn, start_action_in_txn
+from ctrlrun.store.ops.approvals import answer_approval_in_txn, put_approval_request_in_txn
+from ctrlrun.store.ops.effects import begin_execution_in_txn, resolve_effect_in_txn
+from ctrlrun.store.protocol import FinishRequest, Started, StartRequest
+from ctrlrun.store.queries import load_queries, migration_files
+
+T = TypeVar("T")
+
+DURABILITY: Final = {"full": "FULL", "normal": "NORMAL"}
+DEFAULT_BUSY_TIMEOUT: Final = 30.0
+
+
+class _Txn:
+    """A ``Txn`` over one sqlite3 connection inside ``BEGIN IMMEDIATE``."""
+
+    __slots__ = ("_conn", "_queries", "now")
+
+    def __init__(self, conn: sqlite3.Connection, queries: Mapping[str, str], now: datetime) -> None:
+        self._conn, self._queries, self.now = conn, queries, now
+
+    def one(self, query: str, params: Mapping[str, Any]) -> sqlite3.Row | None:
+        row: sqlite3.Row | None = self._conn.execute(self._queries[query], params).fetchone()
+        return row
+
+    def all(self, query: str, params: Mapping[str, Any]) -> list[sqlite3.Row]:
+        return self._conn.execute(self._queries[query], params).fetchall()
+
+    def run(self, query: str, params: Mapping[str, Any]) -> int:
+        return self._conn.execute(self._queries[query], params).rowcount
+
+    def run_many(self, query: str, params: Sequence[Mapping[str, Any]]) -> None:
+        self._conn.executemany(self._queries[query], params)
+
+    def ts(self, value: datetime | None) -> str | None:
+        return None if value is None else encode_instant(value)
+
+    def read_ts(self, value: Any) -> datetime:
+        return decode_instant(value)
+
+
+def check_sqlite_path(path: str | os.PathLike[str]) -> Path:
+    """An absolute file path for a store; ``InvalidArgument`` for in-memory or empty paths."""
+    text = os.fspath(path)
+    if not text or text == ":memory:" or "mode=memory" in text or text.startswith("file:"):
+        raise InvalidArgument(f"a SQLite store needs a file path, not {text!r}")
+    resolved = Path(text).expanduser().absolute()
+    if not resolved.parent.is_dir():
+        raise InvalidArgument(
+            f"cannot create a store at {resolved}: no directory {resolved.parent}"
+        )
+    return resolved
+
+
+class SQLiteStateStore:
+    """``StateStore`` on one SQLite file. See the module docstring for the guarantees.
+
+    Opening migrates the file forward (creating it if absent) and refuses a schema that is
+    ahead of or diverges from this binary, naming both, before any other table is read.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        durability: str = "full",
+        clock: Clock | None = None,
+        busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+        _migrate: bool = True,
+    ) -> None:
+        if durability not in DURABILITY:
+            raise InvalidArgument(f"durability is 'full' or 'normal', not {durability!r}")
+        self.path = check_sqlite_path(path)
+        self.durability = durability
+        self._clock = clock or utc_now
+        self._busy_timeout = busy_timeout
+        self._queries = load_queries("sqlite")
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._connections: list[sqlite3.Connection] = []
+        self._writes = itertools.count()
+        self._write_count = 0
+        self._read_only = not _migrate
+        if _migrate:
+            self._wrap(self._migrate)
+        else:
+            self._wrap(self._check_current)
+
+    @classmethod
+    def open_existing(
+        cls, path: str | os.PathLike[str], *, clock: Clock | None = None
+    ) -> SQLiteStateStore:
+        """Open a store that must already exist at the current schema; create and migrate
+        nothing. For commands that read evidence. Raises ``SchemaMismatch`` otherwise."""
+        resolved = Path(os.fspath(path)).expanduser().absolute()
+        if not resolved.is_file():
+            raise SchemaMismatch(f"no ctrlrun store at {resolved}")
+        return cls(resolved, clock=clock, _migrate=False)
+
+    # --- connections ----------------------------------------------------------------------
+
+    def _connection(self) -> sqlite3.Connection:
+        local = self._local
+        pid = os.getpid()
+        conn: sqlite3.Connection | None = getattr(local, "conn", None)
+        if conn is not None and local.pid == pid:
+            return conn
+        conn = self._connect()
+        local.conn, local.pid = conn, pid
+        with self._lock:
+            self._connections.append(conn)
+        return conn
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._read_only:
+            uri = f"{self.path.as_uri()}?mode=rw"
+            conn = sqlite3.connect(
+                uri,
+                uri=True,
+                timeout=self._busy_timeout,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+        else:
+            conn = sqlite3.connect(
+                self.path,
+                timeout=self._busy_timeout,
+                isolation_level=None,
+                check_same_thread=False,
+                cached_statements=256,
+            )
+        conn.row_factory = sqlite3.Row
+        conn.execute(f"PRAGMA synchronous = {DURABILITY[self.durability]}")
+        return conn
+
+    def close(self) -> None:
+        """Close every connection this store opened. Later calls reconnect (not a fence)."""
+        with self._lock:
+            connections, self._connections = self._connections, []
+            self._local = threading.local()
+        for conn in connections:
+            conn.close()
+
+    @property
+    def write_transactions(self) -> int:
+        """How many write transactions this handle has committed."""
+        return self._write_count
+
+    # --- transactions ---------------------------------------------------------------------
+
+    def _wrap(self, fn: Any, *args: Any) -> Any:
+        """Run ``fn``, translating driver errors into ``StoreError`` (cause kept)."""
+        try:
+            return fn(*args)
+        except sqlite3.Error as exc:
+            raise StoreError(f"SQLite store {self.path}: {exc}") from exc
+
+    @contextmanager
+    def _write(self) -> Iterator[_Txn]:
+        conn = self._connection()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise StoreError(f"SQLite store {self.path}: {exc}") from exc
+        txn = _Txn(conn, self._queries, self._clock())
+        try:
+            yield txn
+        except KeptRefusal as kept:
+            self._commit(conn)
+            raise kept.refusal from None
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        self._commit(conn)
+
+    def _commit(self, conn: sqlite3.Connection) -> None:
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise StoreError(f"SQLite store {self.path}: commit failed: {exc}") from exc
+        self._write_count = next(self._writes) + 1
+
+    def _in_txn(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            with self._write() as txn:
+                return fn(txn, *args, **kwargs)
+        except sqlite3.Error as exc:
+            raise StoreError(f"SQLite store {self.path}: {exc}") from exc
+
+    def _rows(self, query: str, params: Mapping[str, Any] | None = None) -> list[sqlite3.Row]:
+        rows: list[sqlite3.Row] = self._wrap(
+            lambda: self._connection().execute(self._queries[query], params or {}).fetchall()
+        )
+        return rows
+
+    # --- migrations -----------------------------------------------------------------------
+
+    def _applied(self, conn: sqlite3.Connection) -> tuple[str, ...]:
+        exists = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
+        ).fetchone()
+        if exists is None:
+            return ()
+        rows = conn.execute("SELECT migration_id FROM schema_version ORDER BY migration_id")
+        return tuple(row[0] for row in rows)
+
+    def _foreign_tables(self, conn: sqlite3.Connection) -> list[str]:
+        rows = conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+        )
+        return sorted(row[0] for row in rows)
+
+    def _migrate(self) -> None:
+        conn = self._connection()
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise StoreError(f"SQLite store {self.path}: could not switch to WAL (got {mode})")
+        migrations = migration_files("sqlite")
+        known = tuple(m for m, _ in migrations)
+        for migration_id, sql in migrations:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                applied = self._applied(conn)
+                plan = classify(applied, known)
+                refuse_unless_migratable(plan, applied, known, __version__, str(self.path))
+                if not applied and (tables := self._foreign_tables(conn)):
+                    raise SchemaMismatch(
+                        f"{self.path} is not a ctrlrun store (it holds tables {tables})",
+                        known=known,
+                        running=__version__,
+                    )
+                if migration_id in plan.pending:
+                    self._apply(conn, migration_id, sql)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    def _apply(self, conn: sqlite3.Connection, migration_id: str, sql: str) -> None:
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_version (migration_id TEXT PRIMARY KEY,"
+            " applied_at TEXT NOT NULL, ctrlrun_version TEXT NOT NULL)"
+        )
+        for statement in split_statements(sql):
+            conn.execute(statement)
+        conn.execute(
+            "INSERT INTO schema_version (migration_id, applied_at, ctrlrun_version)"
+            " VALUES (?, ?, ?)",
+            (migration_id, encode_instant(utc_now()), __version__),
+        )
+
+    def _check_current(self) -> None:
+        conn = self._connection()
+        known = tuple(m for m, _ in migration_files("sqlite"))
+        applied = self._applied(conn)
+        plan = classify(applied, known)
+        refuse_unless_current(plan, applied, known, __version__, str(self.path))
+
+    # --- the protected call ---------------------------------------------------------------
+
+    def start_action(self, request: StartRequest) -> Started:
+        """See ``StateStore.start_action``."""
+        started: Started = self._in_txn(start_action_in_txn, request)
+        return started
+
+    def finish_action(self, request: FinishRequest) -> Receipt:
+        """See ``StateStore.finish_action``."""
+        receipt: Receipt = self._in_txn(finish_action_in_txn, request)
+        return receipt
+
+    def record(
+        self, events: tuple[EventDraft, ...], receipt: Mapping[str, Any] | None = None
+    ) -> Receipt | None:
+        """See ``StateStore.record``."""
+        stored: Receipt | None = self._in_txn(record_in_txn, events, receipt)
+        return stored
+
+    def begin_execution(self, effect_key: str, action_id: str, attempt: int) -> EffectRecord:
+        """See ``StateStore.begin_execution``."""
+        record: EffectRecord = self._in_txn(
+            begin_execution_in_txn, effect_key=effect_key, action_id=action_id, attempt=attempt
+        )
+        return record
+
+    def resolve_effect(
+        self, effect_key: str, state: EffectState, resolver: str, *, by: str = "human"
+    ) -> EffectRecord:
+        """See ``StateStore.resolve_effect``."""
+        record: EffectRecord = self._in_txn(
+            resolve_effect_in_txn,
+            effect_key=effect_key,
+            target=EffectState(state),
+            resolver=resolver,
+            by=by,
+        )
+        return record
+
+    def get_effect(self, effect_key: str) -> EffectRecord | None:
+        """See ``StateStore.get_effect``."""
+        rows = self._rows("effect_get", {"effect_key": effect_key})
+        return codec.effect_from_row(rows[0], decode_instant) if rows else None
+
+    def list_effects(self, state: EffectState | None = None) -> tuple[EffectRecord, ...]:
+        """See ``StateStore.list_effects``."""
+        rows = (
+            self._rows("effect_list")
+            if state is None
+            else self._rows("effect_list_by_state", {"state": str(EffectState(state))})
+        )
+        return tuple(codec.effect_from_row(row, decode_instant) for row in rows)
+
+    # --- approvals ------------------------------------------------------------------------
+
+    def put_approval_request(
+        self, draft: ApprovalRequestDraft, events: tuple[EventDraft, ...] = ()
+    ) -> ApprovalRecord:
+        """See ``StateStore.put_approval_request``."""
+
+        def work(txn: _Txn) -> ApprovalRecord:
+            record_in_txn(txn, events, None)
+            return put_approval_request_in_txn(txn, draft)
+
+        record: ApprovalRecord = self._in_txn(work)
+        return record
+
+    def grant_approval(self, approval_id: str, approver: str) -> ApprovalRecord:
+        """See ``StateStore.grant_approval``."""
+        return self._answer(approval_id, approver, grant=True)
+
+    def deny_approval(self, approval_id: str, approver: str) -> ApprovalRecord:
+        """See ``StateStore.deny_approval``."""
+        return self._answer(approval_id, approver, grant=False)
+
+    def _answer(self, approval_id: str, approver: str, *, grant: bool) -> ApprovalRecord:
+        record: ApprovalRecord = self._in_txn(
+            answer_approval_in_txn,
+            approval_id=approval_id,
+            approver=check_person(approver),
+            grant=grant,
+        )
+        return record
+
+    def get_approval(self, approval_id: str) -> ApprovalRecord | None:
+        """See ``StateStore.get_approval``."""
+        rows = self._rows("approval_get", {"approval_id": approval_id})
+        return codec.approval_from_row(rows[0], decode_instant) if rows else None
+
+    def list_approvals(self, status: ApprovalStatus | None = None) -> tuple[ApprovalRecord, ...]:
+        """See ``StateStore.list_approvals``."""
+        rows = (
+            self._rows("approval_list")
+            if status is None
+            else self._rows("approval_list_by_status", {"status": str(ApprovalStatus(status))})
+        )
+        return tuple(codec.approval_from_row(row, decode_instant) for row in rows)
+
+    # --- evidence -------------------------------------------------------------------------
+
+    def events(self, action_id: str | None = None) -> tuple[Event, ...]:
+        """See ``StateStore.events``."""
+        rows = (
+            self._rows("event_list")
+            if action_id is None
+            else self._rows("event_list_by_action", {"action_id": action_id})
+        )
+        return tuple(codec.event_from_row(row, decode_instant) for row in rows)
+
+    def receipts(self, action_id: str | None = None) -> tuple[Receipt, ...]:
+        """See ``StateStore.receipts``."""
+        rows = (
+            self._rows("receipt_list")
+            if action_id is None
+            else self._rows("receipt_list_by_action", {"action_id": action_id})
+        )
+        return tuple(codec.receipt_from_row(row) for row in rows)
+
+    def chain_head(self) -> ChainHead | None:
+        """See ``StateStore.chain_head``."""
+        rows = self._rows("chain_head_lock")
+        return ChainHead(int(rows[0]["seq"]), rows[0]["hash"]) if rows else None
+
+    def verify_chain(self) -> ChainReport:
+        """See ``StateStore.verify_chain``."""
+        return verify_chain(self.receipts(), self.chain_head())
+
+
+def split_statements(sql: str) -> Iterator[str]:
+    """The complete statements in a migration file, comments and blank lines dropped."""
+    buffer: list[str] = []
+    for line in sql.splitlines():
+        if not buffer and (not line.strip() or line.lstrip().startswith("--")):
+            continue
+        buffer.append(line)
+        candidate = "\n".join(buffer)
+        if sqlite3.complete_statement(candidate):
+            yield candidate
+            buffer = []
+    if any(line.strip() and not line.lstrip().startswith("--") for line in buffer):
+        raise ValueError(f"incomplete statement at the end of a migration: {buffer!r}")

@@ -1,0 +1,86 @@
+"""Receipts altered in the SQLite file itself are reported by kind and seq."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from ctrlrun.store.sqlite import SQLiteStateStore
+
+
+@pytest.fixture
+def chained(db_path):
+    store = SQLiteStateStore(db_path)
+    for index in range(5):
+        store.record(
+            (),
+            {
+                "receipt_id": f"rcp_{index}",
+                "action_id": f"act_{index}",
+                "result": "committed",
+                "amount": 100 * index,
+            },
+        )
+    store.close()
+    return db_path
+
+
+def tamper(path, *statements):
+    with sqlite3.connect(path) as conn:
+        for statement in statements:
+            conn.execute(statement)
+
+
+def breaks(path):
+    return [(str(b.kind), b.seq) for b in SQLiteStateStore(path).verify_chain().breaks]
+
+
+def test_untampered_verifies(chained):
+    assert SQLiteStateStore(chained).verify_chain().ok
+
+
+def test_an_edited_receipt(chained):
+    tamper(
+        chained,
+        "UPDATE receipts SET document = replace(document, '\"amount\":200',"
+        " '\"amount\":9999') WHERE seq = 3",
+    )
+    assert breaks(chained) == [("content_altered", 3)]
+
+
+def test_a_receipt_deleted_from_the_middle(chained):
+    tamper(chained, "DELETE FROM receipts WHERE seq = 3")
+    assert breaks(chained) == [("missing", 3), ("link_broken", 4)]
+
+
+def test_two_receipts_reordered(chained):
+    tamper(
+        chained,
+        "UPDATE receipts SET seq = -2 WHERE seq = 2",
+        "UPDATE receipts SET seq = 2 WHERE seq = 3",
+        "UPDATE receipts SET seq = 3 WHERE seq = -2",
+    )
+    found = breaks(chained)
+    assert ("link_broken", 2) in found and {kind for kind, _ in found} == {"link_broken"}
+
+
+def test_the_last_receipt_deleted(chained):
+    tamper(chained, "DELETE FROM receipts WHERE seq = 5")
+    assert breaks(chained) == [("head_mismatch", 5)]
+
+
+def test_a_cleared_hash_and_an_unchained_row(chained):
+    tamper(
+        chained,
+        "UPDATE receipts SET hash = NULL WHERE seq = 2",
+        "INSERT INTO receipts (receipt_id, seq, action_id, result, document, created_at)"
+        " VALUES ('rcp_old', NULL, 'a', 'committed', '{}', '2020-01-01')",
+    )
+    assert breaks(chained) == [("unchained", None), ("hash_missing", 2)]
+
+
+def test_a_deleted_head_is_never_ok(chained):
+    tamper(chained, "DELETE FROM receipt_chain")
+    report = SQLiteStateStore(chained).verify_chain()
+    assert not report.ok and report.head is None

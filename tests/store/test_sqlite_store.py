@@ -367,3 +367,25 @@ class TestEvidence:
         again = SQLiteStateStore(db_path)
         assert [r.seq for r in again.receipts()] == [1, 2, 3]
         assert again.verify_chain().ok and again.chain_head().seq == 3
+
+
+class TestExtensionPoint:
+    def test_transact_commits_work_and_read_sees_it(self, store):
+        from ctrlrun.store.ops.evidence import append_events_in_txn
+
+        store.transact(
+            lambda txn: append_events_in_txn(txn, [EventDraft(EventType.ACTION_PROPOSED, "act_x")])
+        )
+        assert store.read(lambda txn: txn.all("event_list", {}))[0]["action_id"] == "act_x"
+        assert store.dialect == "sqlite"
+
+    def test_transact_rolls_back_on_error(self, store):
+        from ctrlrun.store.ops.evidence import append_events_in_txn
+
+        def work(txn):
+            append_events_in_txn(txn, [EventDraft(EventType.ACTION_PROPOSED, "act_y")])
+            raise RuntimeError("boom")
+
+        with pytest.raises(RuntimeError):
+            store.transact(work)
+        assert store.events() == ()

@@ -9,15 +9,18 @@ EXPIRED), which commit before the refusal is raised. Reads never transition anyt
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from ctrlrun.kernel.approval import ApprovalRecord, ApprovalRequestDraft, ApprovalStatus
 from ctrlrun.kernel.effect import EffectRecord, EffectState, Reservation
 from ctrlrun.kernel.event import Event, EventDraft
 from ctrlrun.kernel.receipt import ChainHead, ChainReport, Receipt
+from ctrlrun.store.ops import Txn
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,9 +73,20 @@ class FinishRequest:
 class StateStore(Protocol):
     """Effects, approvals, events and receipts: one contract, two backends."""
 
+    dialect: str
+    """``"sqlite"`` or ``"postgres"``: which named-query files the store reads."""
+
     @property
     def write_transactions(self) -> int:
         """How many write transactions this handle has committed."""
+        ...
+
+    def transact(self, work: Callable[[Txn], T]) -> T:
+        """Run ``work`` in one write transaction; kept refusals commit, others roll back."""
+        ...
+
+    def read(self, work: Callable[[Txn], T]) -> T:
+        """Run ``work`` outside any write transaction; it must only read."""
         ...
 
     # --- the protected call ---------------------------------------------------------------
@@ -94,8 +108,11 @@ class StateStore(Protocol):
         """Move this attempt's RESERVED record to EXECUTING."""
         ...
 
-    def resolve_effect(self, effect_key: str, state: EffectState, resolver: str) -> EffectRecord:
-        """A human's or a hook's verdict on an AMBIGUOUS record: COMMITTED or FAILED."""
+    def resolve_effect(
+        self, effect_key: str, state: EffectState, resolver: str, *, by: str = "human"
+    ) -> EffectRecord:
+        """A verdict on an AMBIGUOUS record: COMMITTED or FAILED. ``by`` is ``human`` or
+        ``reconcile``; ``resolver`` (who) is kept on the record."""
         ...
 
     def get_effect(self, effect_key: str) -> EffectRecord | None:

@@ -12,7 +12,7 @@ import itertools
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -32,7 +32,7 @@ from ctrlrun.kernel.event import Event, EventDraft
 from ctrlrun.kernel.receipt import ChainHead, ChainReport, Receipt, verify_chain
 from ctrlrun.store import codec
 from ctrlrun.store.migrate import classify, refuse_unless_current, refuse_unless_migratable
-from ctrlrun.store.ops import KeptRefusal
+from ctrlrun.store.ops import KeptRefusal, Txn
 from ctrlrun.store.ops.actions import finish_action_in_txn, record_in_txn, start_action_in_txn
 from ctrlrun.store.ops.approvals import answer_approval_in_txn, put_approval_request_in_txn
 from ctrlrun.store.ops.effects import begin_execution_in_txn, resolve_effect_in_txn
@@ -223,6 +223,24 @@ class SQLiteStateStore:
                 return fn(txn, *args, **kwargs)
         except sqlite3.Error as exc:
             raise StoreError(f"SQLite store {self.path}: {exc}") from exc
+
+    dialect: Final = "sqlite"
+
+    def transact(self, work: Callable[[Txn], T]) -> T:
+        """Run ``work(txn)`` in one write transaction and return its result.
+
+        ``KeptRefusal`` commits and raises its refusal; any other exception rolls back and
+        propagates (driver errors as ``StoreError``). This is how later parts (documents,
+        durable work) compose their own ``*_in_txn`` functions with the store's discipline.
+        """
+        result: T = self._in_txn(work)
+        return result
+
+    def read(self, work: Callable[[Txn], T]) -> T:
+        """Run ``work(txn)`` outside any write transaction (it must only read)."""
+        txn = _Txn(self._connection(), self._queries, self._clock())
+        result: T = self._wrap(work, txn)
+        return result
 
     def _rows(self, query: str, params: Mapping[str, Any] | None = None) -> list[sqlite3.Row]:
         rows: list[sqlite3.Row] = self._wrap(

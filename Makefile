@@ -16,8 +16,8 @@ $(STAMP): $(BIN)/python pyproject.toml
 
 ## check: lint, format and strict typing (cheapest gate first)
 check: $(STAMP)
-	$(BIN)/ruff check src tests
-	$(BIN)/ruff format --check src tests
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
 	$(BIN)/mypy
 
 ## test: the checks and the whole suite, with branch coverage
@@ -31,6 +31,10 @@ unit: $(STAMP)
 ## demo: the library in action, offline, in under a second
 demo: $(STAMP)
 	$(BIN)/python examples/quickstart.py
+
+## bench: floor and ctrlrun side by side, same run (not part of make test)
+bench: $(STAMP)
+	cd bench && ../$(BIN)/python sqlite_bench.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .coverage build src/*.egg-info

@@ -37,7 +37,7 @@ def check_positive(value: timedelta, what: str) -> timedelta:
 
 def encode_instant(value: datetime) -> str:
     """Exact text form: ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` in UTC."""
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return value.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
 def decode_instant(text: str) -> datetime:
@@ -47,5 +47,4 @@ def decode_instant(text: str) -> datetime:
 
 def encode_receipt_instant(value: datetime) -> str:
     """Receipt form: millisecond precision, ``Z`` suffix."""
-    utc = value.astimezone(UTC)
-    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
+    return value.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="milliseconds") + "Z"

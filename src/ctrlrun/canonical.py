@@ -25,6 +25,25 @@ _ENCODER: Final = json.JSONEncoder(
 )
 
 
+def is_plain(value: Any) -> bool:
+    """True iff ``value`` is already plain JSON data: ``dict`` with ``str`` keys, ``list``,
+    ``tuple``, ``str``, ``int``, ``bool``, ``None`` — exact types, no floats, at any depth.
+
+    The fast path: a walk that allocates nothing. Anything else goes through ``plain``.
+    """
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return True
+    if kind is dict:
+        for key, item in value.items():  # noqa: SIM110 - a plain loop is faster on the hot path
+            if type(key) is not str or not is_plain(item):
+                return False
+        return True
+    if kind is list or kind is tuple:
+        return all(is_plain(item) for item in value)
+    return False
+
+
 def plain(value: Any, path: str = "$") -> Any:
     """``value`` as plain JSON data (dict, list, str, int, bool, None), validated in one walk.
 
@@ -58,12 +77,12 @@ def plain(value: Any, path: str = "$") -> Any:
     raise InvalidArgument(f"{path}: {type(value).__name__} has no canonical JSON form", path=path)
 
 
-def _encode(value: Any) -> bytes:
+def _encode(value: Any, path: str = "$") -> bytes:
     try:
-        return _ENCODER.encode(plain(value)).encode("utf-8")
+        return _ENCODER.encode(value if is_plain(value) else plain(value, path)).encode("utf-8")
     except UnicodeEncodeError:
         raise InvalidArgument(
-            f"{_surrogate_path(value, '$')}: text is not valid Unicode (lone surrogate)"
+            f"{_surrogate_path(value, path)}: text is not valid Unicode (lone surrogate)"
         ) from None
 
 
@@ -87,14 +106,15 @@ def _surrogate_path(value: Any, path: str) -> str:
     return ""
 
 
-def canonical_bytes(value: Any) -> bytes:
-    """The canonical JSON bytes of ``value``; ``InvalidArgument`` if it has none."""
-    return _encode(value)
+def canonical_bytes(value: Any, path: str = "$") -> bytes:
+    """The canonical JSON bytes of ``value``; ``InvalidArgument`` (naming the path under
+    ``path``) if it has none."""
+    return _encode(value, path)
 
 
-def canonical_text(value: Any) -> str:
+def canonical_text(value: Any, path: str = "$") -> str:
     """``canonical_bytes`` as text."""
-    return _encode(value).decode("utf-8")
+    return _encode(value, path).decode("utf-8")
 
 
 def sha256_hex(data: bytes) -> str:

@@ -70,14 +70,19 @@ def test_the_last_receipt_deleted(chained):
     assert breaks(chained) == [("head_mismatch", 5)]
 
 
-def test_a_cleared_hash_and_an_unchained_row(chained):
+def test_a_cleared_hash(chained):
+    tamper(chained, "UPDATE receipts SET hash = NULL WHERE seq = 2")
+    assert breaks(chained) == [("hash_missing", 2)]
+
+
+def test_a_row_appended_behind_the_heads_back(chained):
+    # receipts are keyed by seq, so a row without one is numbered by SQLite, never unchained
     tamper(
         chained,
-        "UPDATE receipts SET hash = NULL WHERE seq = 2",
-        "INSERT INTO receipts (receipt_id, seq, action_id, result, document, created_at)"
-        " VALUES ('rcp_old', NULL, 'a', 'committed', '{}', '2020-01-01')",
+        "INSERT INTO receipts (receipt_id, action_id, result, document, created_at)"
+        " VALUES ('rcp_forged', 'a', 'committed', '{}', '2020-01-01')",
     )
-    assert breaks(chained) == [("unchained", None), ("hash_missing", 2)]
+    assert breaks(chained) == [("hash_missing", 6), ("head_mismatch", 5)]
 
 
 def test_a_deleted_head_is_never_ok(chained):

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ctrlrun.canonical import canonical_bytes, new_id, plain, sha256_hex
+from ctrlrun.canonical import canonical_bytes, canonical_text, new_id, sha256_hex
 from ctrlrun.errors import InvalidArgument
 
 ACTION_SCHEMA: Final = "ctrlrun.action/v1"
@@ -98,7 +98,10 @@ class Action:
         elif not isinstance(action_id, str) or not _ID.match(action_id):
             raise InvalidArgument(f"action_id must be 1-128 id characters, got {action_id!r}")
         self.action_id = action_id
-        self._args: dict[str, Any] = plain(arguments, "arguments")
+        # One validating encode; the private copy is parsed back from it, so the caller's
+        # objects are never shared and every later encode works on known-plain data.
+        self._args_text = canonical_text(arguments, "arguments")
+        self._args: dict[str, Any] = json.loads(self._args_text)
         document = {
             "arguments": self._args,
             "environment": self.environment,
@@ -108,7 +111,6 @@ class Action:
             "schema": ACTION_SCHEMA,
         }
         self._canonical = canonical_bytes(document)
-        self._args_text = json.dumps(self._args, sort_keys=True, ensure_ascii=False)
         self._hash = sha256_hex(self._canonical)
 
     @property
@@ -127,6 +129,11 @@ class Action:
         return json.loads(self._args_text)  # type: ignore[no-any-return]
 
     canonical_arguments = arguments
+
+    @property
+    def plain_arguments(self) -> dict[str, Any]:
+        """The action's own canonical arguments, without a copy: read, never mutate."""
+        return self._args
 
     def argument(self, name: str) -> Any:
         """The argument ``name`` (KeyError if absent). Containers are shared: do not mutate."""

@@ -16,7 +16,7 @@ from ctrlrun.kernel.effect import idempotency_token_for
 
 _principal: ContextVar[Principal | None] = ContextVar("ctrlrun_principal", default=None)
 _approval: ContextVar[str | None] = ContextVar("ctrlrun_approval", default=None)
-_token: ContextVar[str | None] = ContextVar("ctrlrun_idempotency_token", default=None)
+_holding: ContextVar[tuple[str, int] | None] = ContextVar("ctrlrun_holding", default=None)
 
 
 @contextmanager
@@ -54,23 +54,21 @@ def current_approval() -> str | None:
 
 @contextmanager
 def executor_scope(effect_key: str | None, attempt: int | None) -> Iterator[None]:
-    """While the executor runs: the token for this attempt's reservation, if it holds one."""
-    token = None
-    if effect_key is not None and attempt is not None:
-        token = idempotency_token_for(effect_key, attempt)
-    reset = _token.set(token)
+    """While the executor runs: the reservation it holds, if any (the token is derived lazily)."""
+    held = (effect_key, attempt) if effect_key is not None and attempt is not None else None
+    reset = _holding.set(held)
     try:
         yield
     finally:
-        _token.reset(reset)
+        _holding.reset(reset)
 
 
 def idempotency_token() -> str:
     """Inside an executor holding a reservation: a UUID derived from ``(effect_key, attempt)``,
     to pass to a provider as its idempotency key. Raises ``InvalidArgument`` anywhere else."""
-    token = _token.get()
-    if token is None:
+    held = _holding.get()
+    if held is None:
         raise InvalidArgument(
             "idempotency_token() is only available inside an executor that holds an effect key"
         )
-    return token
+    return idempotency_token_for(*held)

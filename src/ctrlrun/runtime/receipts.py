@@ -46,7 +46,7 @@ def receipt_draft(
         "principal": action.principal.to_dict(),
         "resource": action.resource,
         "environment": action.environment,
-        "arguments": action.arguments,
+        "arguments": action.plain_arguments,
         "decision": verdict.decision,
         "decision_reason": verdict.reason,
         "policy_hash": verdict.policy_hash,
@@ -75,7 +75,10 @@ def proposed(action: Action) -> EventDraft:
     return EventDraft(
         EventType.ACTION_PROPOSED,
         action.action_id,
-        data={"action": action.to_dict(), "action_hash": action.action_hash},
+        data={
+            "action": {**action.to_dict(), "arguments": action.plain_arguments},
+            "action_hash": action.action_hash,
+        },
     )
 
 

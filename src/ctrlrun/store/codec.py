@@ -92,9 +92,12 @@ def receipt_from_row(row: Row) -> StoredReceipt:
     )
 
 
+_EVENT_ENCODER = json.JSONEncoder(separators=(",", ":"), default=repr)
+
+
 def event_data_json(data: Mapping[str, Any]) -> str:
     """Event data as JSON text; never raises (odd values become their ``repr``)."""
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), default=repr)
+    return _EVENT_ENCODER.encode(data)
 
 
 def result_json(value: Any) -> str | None:

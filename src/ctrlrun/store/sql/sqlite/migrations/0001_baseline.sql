@@ -13,9 +13,10 @@ CREATE TABLE effects (
     result_json      TEXT,
     error            TEXT,
     resolved_by      TEXT
-);
+) WITHOUT ROWID;
 
-CREATE INDEX effects_by_state ON effects (state, created_at);
+-- No index on state: every index on a hot table is one more page written by every call,
+-- and listing by state is an operator's occasional scan.
 
 CREATE TABLE approvals (
     approval_id  TEXT PRIMARY KEY,
@@ -46,9 +47,10 @@ CREATE TABLE events (
 
 CREATE INDEX events_by_action ON events (action_id);
 
+-- Keyed by seq: receipts are appended in chain order, so the table grows at its right edge.
 CREATE TABLE receipts (
-    receipt_id TEXT PRIMARY KEY,
-    seq        INTEGER UNIQUE,
+    seq        INTEGER PRIMARY KEY,
+    receipt_id TEXT NOT NULL,
     action_id  TEXT NOT NULL,
     effect_key TEXT,
     result     TEXT NOT NULL,

@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test check lint typecheck unit demo bench clean
+.PHONY: test check lint typecheck unit demo bench soak clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,11 @@ demo: $(STAMP)
 ## bench: floor and ctrlrun side by side, same run (not part of make test)
 bench: $(STAMP)
 	cd bench && ../$(BIN)/python sqlite_bench.py
+
+## soak: contended protected calls with injected faults, then the history checker
+DURATION ?= 30
+soak: $(STAMP)
+	cd bench/soak && ../../$(BIN)/python soak.py --duration $(DURATION) $(SOAK_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .coverage build src/*.egg-info

@@ -1,0 +1,106 @@
+"""The contended soak: N worker processes, a small key space, injected faults, then the checker.
+
+    python soak.py --duration 30 --workers 8 [--slots 6] [--store-url sqlite:///…] [--keep DIR]
+
+Workers killed by their own SIGKILL fault are replaced until the deadline. Exits 1 if the
+history checker finds any violation (see ``checker.py``), 2 on a harness failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from checker import check, render
+
+import ctrlrun
+
+HERE = Path(__file__).resolve().parent
+POLICY = """\
+schema: ctrlrun.policy/v1
+actions:
+  soak.transfer:
+    decision: allow
+"""
+
+
+def spawn(config: dict, seed: int) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, str(HERE / "worker.py"), json.dumps({**config, "seed": seed})],
+        cwd=HERE,
+    )
+
+
+def drive(config: dict, workers: int, grace: float) -> dict[str, int]:
+    """Keep ``workers`` processes running until the deadline; replace the killed ones."""
+    seeds = random.Random(config["seed"])
+    running = [spawn(config, seeds.randrange(1 << 30)) for _ in range(workers)]
+    stats = {"spawned": workers, "killed": 0, "failed": 0}
+    while running:
+        time.sleep(0.05)  # polling cadence of the supervisor, not a race
+        for proc in list(running):
+            code = proc.poll()
+            if code is None:
+                if time.time() > config["deadline"] + grace:
+                    proc.kill()
+                continue
+            running.remove(proc)
+            if code == -9:
+                stats["killed"] += 1
+                if time.time() < config["deadline"]:
+                    running.append(spawn(config, seeds.randrange(1 << 30)))
+                    stats["spawned"] += 1
+            elif code != 0:
+                stats["failed"] += 1
+    return stats
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=float, default=30.0)
+    parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--slots", type=int, default=6)
+    parser.add_argument("--store-url", default=None)
+    parser.add_argument("--keep", default=None)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    directory = Path(args.keep or tempfile.mkdtemp(prefix="ctrlrun-soak-"))
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "ctrlrun.yaml").write_text(POLICY)
+    url = args.store_url or f"sqlite:///{directory / 'state.db'}"
+    ctrlrun.store.open_store(url).close()  # migrate once, before the workers race
+    config = {
+        "directory": str(directory),
+        "policy": str(directory / "ctrlrun.yaml"),
+        "store_url": url,
+        "slots": args.slots,
+        "lease": 8.0,
+        "short_lease": 0.5,
+        "deadline": time.time() + args.duration,
+        "seed": args.seed,
+    }
+    started = time.time()
+    stats = drive(config, args.workers, grace=config["lease"] + 10)
+    elapsed = time.time() - started
+    findings = check(directory, ctrlrun.store.open_store(url, existing=True))
+    print(f"ctrlrun soak — {url}")
+    print(
+        f"  ran {elapsed:.1f} s with {args.workers} workers over {args.slots} key slots;"
+        f" processes spawned {stats['spawned']}, SIGKILLed {stats['killed']},"
+        f" crashed {stats['failed']}"
+    )
+    print(render(findings))
+    if stats["failed"]:
+        print("harness: a worker crashed (see its stderr above)")
+        return 2
+    return 0 if findings.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

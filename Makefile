@@ -30,7 +30,7 @@ unit: $(STAMP)
 
 ## demo: the library in action, offline, in under a second
 demo: $(STAMP)
-	$(BIN)/python examples/quickstart.py
+	$(BIN)/ctrlrun demo
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .coverage build src/*.egg-info

@@ -147,7 +147,7 @@ def _effect_line(found: Inspection) -> str:
         return f"{found.effect_key}  (no record: nothing was reserved)"
     line = f"{record.effect_key}  {shown_state(record, utc_now())}  attempt {record.attempt}"
     if record.action_id != found.action_id:
-        line += f"  (now held by {record.action_id})"
+        line += f"  (by {record.action_id}, not this action)"
     if record.resolved_by:
         line += f"  resolved by {record.resolved_by}"
     return line

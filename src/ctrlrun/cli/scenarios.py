@@ -3,14 +3,14 @@
 Every scenario states what the library must do and checks that it did: a refusal that does not
 come, the wrong refusal, or a provider that was called more often than the scenario allows
 raises ``DemoFailure``, and the demo exits non-zero instead of printing a pass. The clock is
-fixed, so leases and approvals never lapse mid-demo and the evidence does not depend on today.
+scripted (``ScenarioClock``), so the evidence does not depend on today's date.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any, Final, TypeVar, cast
@@ -64,8 +64,19 @@ def as_state_store(store: SQLiteStateStore) -> StateStore:
     return cast(StateStore, store)
 
 
-def _fixed_clock() -> datetime:
-    return DEMO_NOW
+class ScenarioClock:
+    """A clock that stands still within a scenario and moves one minute between scenarios:
+    deterministic, never lapsing a lease or an approval mid-scenario, and giving each
+    scenario's records their own time (so listings order the same way on every run)."""
+
+    def __init__(self) -> None:
+        self.now = DEMO_NOW
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def next_scenario(self) -> None:
+        self.now += timedelta(minutes=1)
 
 
 def euros(amount: int) -> str:
@@ -91,12 +102,14 @@ class Stage:
         self.path = path
         self.echo = echo
         self.policy = Policy.from_yaml(DEMO_POLICY)
-        self.store = SQLiteStateStore(path, clock=_fixed_clock)
-        self.control = Control(self.policy, as_state_store(self.store), clock=_fixed_clock)
+        self.clock = ScenarioClock()
+        self.store = SQLiteStateStore(path, clock=self.clock)
+        self.control = Control(self.policy, as_state_store(self.store), clock=self.clock)
         self.provider = Provider()
 
     def heading(self, number: int, title: str) -> None:
         self.provider = Provider()  # "remote calls" counts this scenario's refunds only
+        self.clock.next_scenario()
         self.echo("")
         self.echo(f"{number}. {title}")
 
@@ -201,8 +214,8 @@ def mutated_approval(stage: Stage) -> None:
 def two_agents(stage: Stage) -> None:
     """3: agent B tries the effect key while agent A's provider call is still running."""
     stage.heading(3, "Two agents, one effect key")
-    other = SQLiteStateStore(stage.path, clock=_fixed_clock)  # B's own handle, as a process
-    control_b = Control(stage.policy, as_state_store(other), clock=_fixed_clock)
+    other = SQLiteStateStore(stage.path, clock=stage.clock)  # B's own handle, as a process
+    control_b = Control(stage.policy, as_state_store(other), clock=stage.clock)
     refund_b = stage.refund_with(stage.pays, control_b)
     outcome: list[BaseException | None] = []
 
@@ -294,8 +307,14 @@ def run_scenarios(path: Path, echo: Echo) -> int:
     """
     stage = Stage(path, echo)
     try:
-        for scenario in SCENARIOS:
-            scenario(stage)
+        for number, scenario in enumerate(SCENARIOS, 1):
+            try:
+                scenario(stage)
+            except Exception as exc:  # any surprise is a failed scenario, said as one
+                detail = (
+                    str(exc) if isinstance(exc, DemoFailure) else f"{type(exc).__name__}: {exc}"
+                )
+                raise DemoFailure(f"scenario {number} ({scenario.__name__}): {detail}") from exc
         report = stage.store.verify_chain()
     finally:
         stage.close()

@@ -223,3 +223,34 @@ class TestInspect:
     def test_an_unknown_id_prints_nothing_and_exits_1(self, history):
         refused(run("inspect", "act_nobody"), "no action act_nobody")
         refused(run("inspect", "apr_nobody", "--json"), "apr_nobody")
+
+
+class TestInspectWithoutEvents:
+    """Events can be missing (an older store, a pruned log): the receipt, or the approval
+    request, still says what the action was."""
+
+    def test_the_action_and_decision_come_from_the_receipt(self, history):
+        action_id = history.receipt_for("refund:pay_2")["action_id"]
+        history.close()
+        tamper(history.path, f"DELETE FROM events WHERE action_id = '{action_id}'")
+        fields = dict(
+            line.split(None, 1) for line in run("inspect", action_id).stdout.splitlines()[:11]
+        )
+        assert fields["arguments"] == '{"amount": 5000, "payment_id": "pay_2"}'
+        assert fields["decision"].startswith("allow (rule[0])")
+        assert fields["effect"] == "refund:pay_2  ambiguous  attempt 1"
+
+    def test_the_action_comes_from_the_approval_request(self, history):
+        approval = history.store.list_approvals()[0]
+        history.close()
+        tamper(history.path, "DELETE FROM events")
+        out = run("inspect", approval.approval_id).stdout
+        assert '{"amount": 200000, "payment_id": "pay_3"}' in out
+        assert "decision     -" in out
+
+    def test_a_reservation_without_a_proposal(self, scene):
+        scene.executing("refund:bare", lapsed=True)
+        out = run("inspect", "act_crashed_refund:bare").stdout
+        assert "name         -" in out
+        assert "effect       refund:bare  executing (lease expired)  attempt 1" in out
+        assert "receipt      none: its lease lapsed without an outcome" in out

@@ -179,8 +179,11 @@ def _no_receipt(found: Inspection) -> str:
     pending = [a for a in found.approvals if a.status is ApprovalStatus.PENDING]
     if pending:
         return f"none yet: awaiting a human (`ctrlrun approve {pending[-1].approval_id}`)"
-    if found.effect is not None and found.effect.action_id == found.action_id:
-        return f"none yet: in flight (effect {shown_state(found.effect, utc_now())})"
+    effect = found.effect
+    if effect is not None and effect.action_id == found.action_id:
+        if effect.lease_expired(utc_now()):
+            return "none: its lease lapsed without an outcome; the next attempt records AMBIGUOUS"
+        return f"none yet: in flight (effect {effect.state})"
     return "none"
 
 

@@ -140,6 +140,11 @@ def test_an_unexpected_failure_is_one_line_unless_debugging(scene, monkeypatch):
     assert isinstance(result.exception, RuntimeError)
 
 
+def test_an_argument_that_is_not_utf8_is_refused(scene):
+    for args in (("inspect", "\udcff"), ("resolve", "k\udcff", "--failed"), ("deny", "\udcff")):
+        refused(run(*args), "not valid UTF-8")
+
+
 def test_usage_errors_exit_2(project):
     for args in (("nonsense",), ("inspect",), ("approve",), ("receipts", "--last", "x")):
         result = run(*args)

@@ -65,6 +65,9 @@ class CtrlrunGroup(click.Group):
             raise click.exceptions.Exit(0) from None
         except CtrlrunError as exc:
             raise Refusal(exc.message) from exc
+        except UnicodeError as exc:  # e.g. an argument holding bytes that are not UTF-8
+            reason = getattr(exc, "reason", None) or exc
+            raise Refusal(f"not valid UTF-8 text: {reason}") from exc
         except OSError as exc:
             where = f"{exc.filename}: " if exc.filename else ""
             raise Refusal(f"{where}{exc.strerror or exc}") from exc

@@ -30,7 +30,7 @@ unit: $(STAMP)
 
 ## demo: the library in action, offline, in under a second
 demo: $(STAMP)
-	$(BIN)/python examples/quickstart.py
+	$(BIN)/ctrlrun demo
 
 ## bench: floor and ctrlrun side by side, same run (not part of make test)
 bench: $(STAMP)

@@ -321,7 +321,8 @@ class TestApprovals:
                 refund("pay_1", 500000)
         assert caught.value.reason is MismatchReason.MISMATCH and remote.calls == []
         assert store.get_approval(request_id).status is ApprovalStatus.GRANTED
-        assert EventType.APPROVAL_INVALIDATED in event_types(store)
+        [invalidated] = [e for e in store.events() if e.type is EventType.APPROVAL_INVALIDATED]
+        assert invalidated.approval_id == request_id
         assert receipts(store)[-1]["result"] == "blocked"
 
     def test_a_replayed_approval_is_refused_as_consumed(self, refund, remote, store):

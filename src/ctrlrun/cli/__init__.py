@@ -1,11 +1,33 @@
-"""The ``ctrlrun`` command line."""
+"""The ``ctrlrun`` command line: see, answer and settle what agents did.
+
+Imported only by the console script (``ctrlrun = ctrlrun.cli:main``), never by ``import
+ctrlrun``. Exit codes: 0 ok, 1 refused (one line ``Error: …`` on stderr), 2 usage.
+"""
 
 from __future__ import annotations
 
 import click
 
+from ctrlrun.cli.approvals import approvals, approve, deny
+from ctrlrun.cli.common import CtrlrunGroup
+from ctrlrun.cli.demo import demo
+from ctrlrun.cli.effects import effects, resolve
+from ctrlrun.cli.init import init
+from ctrlrun.cli.inspection import inspect
+from ctrlrun.cli.receipts import receipts
 
-@click.group()
+COMMANDS = (init, demo, effects, resolve, receipts, inspect, approvals, approve, deny)
+
+
+@click.group(cls=CtrlrunGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="ctrlrun")
 def main() -> None:
-    """ctrlrun: see, answer and settle what agents did."""
+    """ctrlrun: see, answer and settle what agents did.
+
+    Exit codes: 0 ok, 1 refused (one line `Error: …` on stderr, nothing written), 2 usage.
+    Commands that read the store create and migrate nothing.
+    """
+
+
+for _command in COMMANDS:
+    main.add_command(_command)

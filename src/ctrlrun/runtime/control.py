@@ -216,15 +216,17 @@ class Control:
 
     def _refuse_start(self, call: _Call, exc: Refused) -> NoReturn:
         result = ReceiptResult.BLOCKED
+        approval_id = None
         if isinstance(exc, ApprovalMismatch):
             kind, data = EventType.APPROVAL_INVALIDATED, {"reason": str(exc.reason)}
+            approval_id = exc.approval_id  # which approval was refused, for `ctrlrun inspect`
         elif isinstance(exc, ActionDenied) and exc.reason is DenyReason.APPROVAL_DENIED:
             self._refuse(call, exc, ReceiptResult.DENIED, _denied_event(call, exc))
         else:
             kind, data = EventType.EFFECT_RESERVATION_REFUSED, {"reason": str(exc.reason)}
             if isinstance(exc, DuplicateEffect):
                 data["state"] = str(exc.state)
-        event = EventDraft(kind, call.action.action_id, call.effect_key, data=data)
+        event = EventDraft(kind, call.action.action_id, call.effect_key, approval_id, data)
         self._refuse(call, exc, result, event)
 
     def _refuse(

@@ -1,0 +1,134 @@
+"""``ctrlrun approvals`` (what waits for a human), ``ctrlrun approve`` and ``ctrlrun deny``.
+
+An answer from the shell is recorded as ``cli:local``: the command line cannot tell who typed
+it. A grant authorises exactly the action it names (its hash), once, until it expires.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import click
+
+from ctrlrun._time import utc_now
+from ctrlrun.cli.common import (
+    CLI_PERSON,
+    compact,
+    existing_store,
+    instant,
+    json_line,
+    store_url_option,
+    table,
+    when,
+    who,
+)
+from ctrlrun.kernel.approval import ApprovalRecord, ApprovalStatus
+
+HEADER = ("APPROVAL", "STATUS", "EXPIRES", "ACTION", "REQUESTED BY", "ARGUMENTS")
+
+
+def answerable_expired(record: ApprovalRecord, now: datetime) -> bool:
+    """Pending or granted, but past its expiry: it can no longer be answered or used."""
+    live = record.status in (ApprovalStatus.PENDING, ApprovalStatus.GRANTED)
+    return live and record.is_expired(now)
+
+
+def shown_status(record: ApprovalRecord, now: datetime) -> str:
+    """The status and who answered (``granted by X``, ``consumed (granted by X)``), marked
+    ``(expired)`` if it lapsed unanswered or unused. Only the display changes."""
+    text = str(record.status)
+    if record.approver:
+        answered = record.status in (ApprovalStatus.GRANTED, ApprovalStatus.DENIED)
+        text += f" by {record.approver}" if answered else f" (granted by {record.approver})"
+    return text + (" (expired)" if answerable_expired(record, now) else "")
+
+
+def approval_document(record: ApprovalRecord, now: datetime) -> dict[str, Any]:
+    """The ``--json`` form of one approval (stable field names)."""
+    return {
+        "approval_id": record.approval_id,
+        "status": str(record.status),
+        "expired": answerable_expired(record, now),
+        "action": record.action,
+        "action_hash": record.action_hash,
+        "policy_hash": record.policy_hash,
+        "created_at": instant(record.created_at),
+        "expires_at": instant(record.expires_at),
+        "approver": record.approver,
+        "answered_at": instant(record.answered_at),
+        "consumed_at": instant(record.consumed_at),
+        "consumed_by": record.consumed_by,
+    }
+
+
+def _row(record: ApprovalRecord, now: datetime) -> tuple[str, ...]:
+    action = record.action
+    return (
+        record.approval_id,
+        shown_status(record, now),
+        when(record.expires_at),
+        str(action.get("name", "-")),
+        who(action.get("principal")),
+        compact(action.get("arguments", {})),
+    )
+
+
+@click.command()
+@click.option("--pending", is_flag=True, help="Only requests still waiting for an answer.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document per line.")
+@store_url_option
+def approvals(pending: bool, as_json: bool, store_url: str | None) -> None:
+    """Approval requests, oldest first: the action each would authorise, and when it expires.
+
+    With --pending, only those waiting for `ctrlrun approve ID` or `ctrlrun deny ID`
+    (including any that expired unanswered, marked so).
+    """
+    with existing_store(store_url) as store:
+        records = store.list_approvals(ApprovalStatus.PENDING if pending else None)
+    now = utc_now()
+    if as_json:
+        for record in records:
+            json_line(approval_document(record, now))
+        return
+    if not records:
+        click.echo("nothing waits for a human" if pending else "no approval requests yet")
+        return
+    table([_row(r, now) for r in records], header=HEADER, color_column=1)
+
+
+def _answered(verb: str, record: ApprovalRecord) -> None:
+    action = record.action
+    click.echo(
+        f"{verb} {record.approval_id} by {CLI_PERSON}: {action.get('name', '-')}"
+        f" {compact(action.get('arguments', {}))} for {who(action.get('principal'))}"
+    )
+
+
+@click.command()
+@click.argument("approval_id", metavar="ID")
+@store_url_option
+def approve(approval_id: str, store_url: str | None) -> None:
+    """Grant the pending request ID, as cli:local.
+
+    The grant authorises exactly the action shown (its hash), once, until the request
+    expires; the agent presents it with `ctrlrun.with_approval(ID)`. An unknown, answered or
+    expired request is refused (exit 1).
+    """
+    with existing_store(store_url) as store:
+        record = store.grant_approval(approval_id, CLI_PERSON)
+    _answered("granted", record)
+    click.echo(
+        f"expires {when(record.expires_at)}; single use, for exactly this action"
+        f" ({record.action_hash})"
+    )
+
+
+@click.command()
+@click.argument("approval_id", metavar="ID")
+@store_url_option
+def deny(approval_id: str, store_url: str | None) -> None:
+    """Deny the pending request ID, as cli:local. The agent's call is then denied."""
+    with existing_store(store_url) as store:
+        record = store.deny_approval(approval_id, CLI_PERSON)
+    _answered("denied", record)

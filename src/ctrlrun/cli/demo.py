@@ -1,0 +1,55 @@
+"""``ctrlrun demo``: five ways an agent's action goes wrong, each stopped for real.
+
+In process and offline, with a fake provider and a fixed clock. It writes only its own store,
+``.ctrlrun/demo/state.db`` under the working directory, and removes only that store's files
+before a run; the operator's store (and ``$CTRLRUN_STORE_URL``) is never touched.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Final
+
+import click
+
+from ctrlrun.cli.common import Refusal, sqlite_url
+from ctrlrun.cli.scenarios import LOST_REPLY_KEY, POLICY_SUMMARY, DemoFailure, run_scenarios
+
+DEMO_DIR: Final = Path(".ctrlrun") / "demo"
+DEMO_STORE: Final = "state.db"
+_STORE_FILES: Final = ("", "-wal", "-shm", "-journal")  # SQLite's file and its companions
+
+
+def fresh_store(directory: Path) -> Path:
+    """The demo store's path, with the files a previous run left removed (and nothing else)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / DEMO_STORE
+    for suffix in _STORE_FILES:
+        path.with_name(path.name + suffix).unlink(missing_ok=True)
+    return path
+
+
+@click.command()
+def demo() -> None:
+    """Five ways an agent's action goes wrong, each refused for real, offline, in well under a
+    second: a lost reply, a mutated approval, two agents racing, a replayed approval, and a
+    retry after a provable non-execution.
+
+    If the library let any of them through, the demo stops with exit 1 instead of printing a
+    pass. Evidence goes to .ctrlrun/demo/state.db, never to your own store.
+    """
+    path = fresh_store(DEMO_DIR.absolute())
+    click.echo("ctrlrun demo: five ways an agent's action goes wrong, each stopped for real")
+    click.echo(POLICY_SUMMARY)
+    try:
+        count = run_scenarios(path, click.echo)
+    except DemoFailure as exc:
+        raise Refusal(f"the demo failed, so ctrlrun is broken here: {exc}") from exc
+    url = sqlite_url(path)
+    click.echo("")
+    click.echo(f"All five held: {count} receipts, hash chain verified.")
+    click.echo("Read the evidence (the demo's own store; yours is untouched):")
+    click.echo(f"   ctrlrun receipts --store-url {url}")
+    click.echo(f"   ctrlrun effects --store-url {url}")
+    click.echo("and settle scenario 1 as the person who checked with the provider:")
+    click.echo(f"   ctrlrun resolve {LOST_REPLY_KEY} --failed --store-url {url}")

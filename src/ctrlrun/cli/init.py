@@ -1,0 +1,93 @@
+"""``ctrlrun init``: a commented starter policy and the store beside it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Final
+
+import click
+
+from ctrlrun.cli.common import Refusal, redacted, store_url_option
+from ctrlrun.runtime.locate import default_store_path, policy_path
+
+STARTER_POLICY: Final = """\
+# ctrlrun.yaml: what your agents may do. Every action not named here is denied.
+# Each rule list is read top to bottom and the first rule that matches decides:
+#   allow    the call runs (at most once per effect key)
+#   approve  a person must approve this exact call first: `ctrlrun approve <id>`
+#   deny     the call is refused and a receipt says why
+# Amounts are integers in minor units (cents): 100000 is €1,000.00.
+schema: ctrlrun.policy/v1
+actions:
+  # Reading changes nothing in the world: allowed, and no effect key needed.
+  crm.read:
+    decision: allow
+
+  # An email goes out at most once per message_id, however often the agent retries.
+  email.send:
+    decision: allow
+    effect: "email:{message_id}"
+
+  # Refunds in bands bounded on both ends: zero, negative or huge amounts match no band.
+  stripe.refund:
+    effect: "refund:{payment_id}"
+    rules:
+      - when: {amount_gte: 1, amount_lte: 100000}        # €0.01 to €1,000: runs
+        decision: allow
+      - when: {amount_gte: 100001, amount_lte: 1000000}  # up to €10,000: a person approves
+        decision: approve
+      - decision: deny                                   # anything else
+
+  # Destructive: a person approves each deletion, and it happens once.
+  k8s.namespace.delete:
+    decision: approve
+    effect: "namespace-delete:{name}"
+
+  # Never: an agent does not make anyone an administrator.
+  iam.grant_admin:
+    decision: deny
+"""
+
+
+def shown(path: Path) -> str:
+    """``path`` relative to the working directory when it is below it, else absolute."""
+    absolute = path.absolute()
+    try:
+        return str(absolute.relative_to(Path.cwd()))
+    except ValueError:
+        return str(absolute)
+
+
+@click.command()
+@store_url_option
+def init(store_url: str | None) -> None:
+    """Write a commented starter ctrlrun.yaml (or $CTRLRUN_CONFIG) and create the store.
+
+    The store is .ctrlrun/state.db beside the policy unless --store-url (or
+    $CTRLRUN_STORE_URL) names another. An existing policy is never overwritten (exit 1,
+    nothing written).
+    """
+    from ctrlrun.store import open_store, parse_store_url
+    from ctrlrun.store.sqlite import SQLiteStateStore
+
+    policy = policy_path()
+    if policy.exists() or policy.is_symlink():
+        raise Refusal(f"{shown(policy)} already exists; ctrlrun init never overwrites a policy")
+    if store_url:
+        parse_store_url(store_url)  # a malformed URL is refused before anything is written
+    target = default_store_path(policy)
+    existed = target.exists() and not store_url
+    if store_url:
+        open_store(store_url).close()
+    else:
+        target.parent.mkdir(exist_ok=True)
+        SQLiteStateStore(target).close()
+    with policy.open("x", encoding="utf-8") as out:  # "x": lose no race to another writer
+        out.write(STARTER_POLICY)
+    click.echo(f"wrote {shown(policy)}: 5 actions; anything it does not name is denied")
+    where = redacted(store_url) if store_url else shown(target)
+    click.echo(f"{'kept the existing' if existed else 'created'} store {where}")
+    click.echo(
+        'next: protect a function with @ctrlrun.protect("stripe.refund"), or run'
+        " `ctrlrun demo` to watch the refusals"
+    )

@@ -1,0 +1,244 @@
+"""``ctrlrun inspect ACTION_ID``: everything the store knows about one action.
+
+The action itself comes from its ``ACTION_PROPOSED`` event (so an action still in flight, or
+waiting for a human, can be inspected), else from its receipt or its approval request. Approval
+answers are events that carry the approval id but no action id; they are included for every
+approval the action requested, presented or spent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import click
+
+from ctrlrun._time import utc_now
+from ctrlrun.cli.approvals import approval_document, shown_status
+from ctrlrun.cli.common import (
+    Refusal,
+    compact,
+    existing_store,
+    json_line,
+    store_url_option,
+    table,
+    when,
+    who,
+)
+from ctrlrun.cli.effects import effect_document, shown_state
+from ctrlrun.cli.receipts import read_document, receipt_json
+from ctrlrun.kernel.approval import ApprovalRecord, ApprovalStatus
+from ctrlrun.kernel.effect import EffectRecord
+from ctrlrun.kernel.event import Event, EventType
+from ctrlrun.kernel.receipt import Receipt
+from ctrlrun.store.protocol import StateStore
+
+INSPECTION_SCHEMA: Final = "ctrlrun.inspection/v1"
+_ACTION_FIELDS: Final = ("action_id", "name", "principal", "arguments", "resource", "environment")
+
+
+@dataclass
+class Inspection:
+    """What the store holds about one action."""
+
+    action_id: str
+    action: dict[str, Any] | None = None
+    action_hash: str | None = None
+    decision: dict[str, Any] | None = None
+    approvals: list[ApprovalRecord] = field(default_factory=list)
+    effect_key: str | None = None
+    effect: EffectRecord | None = None
+    receipts: list[Receipt] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+
+
+def gather(store: StateStore, subject: str) -> Inspection:
+    """The inspection of ``subject`` (an action id, or an approval id standing for the action
+    that requested it). ``Refusal`` if the store has nothing about it. Reads only."""
+    action_id = subject
+    requested = store.get_approval(subject) if subject.startswith("apr_") else None
+    if requested is not None and requested.action.get("action_id"):
+        action_id = str(requested.action["action_id"])
+    own = list(store.events(action_id))
+    found = Inspection(action_id, receipts=list(store.receipts(action_id)))
+    mentioned = {e.approval_id for e in own if e.approval_id}
+    found.approvals = [
+        a
+        for a in store.list_approvals()
+        if a.approval_id in mentioned
+        or a.action.get("action_id") == action_id
+        or a.consumed_by == action_id
+    ]
+    if not own and not found.receipts and not found.approvals:
+        raise Refusal(f"no action {subject} in this store")
+    ids = {a.approval_id for a in found.approvals}
+    answers = [e for e in store.events() if e.approval_id in ids and e.action_id != action_id]
+    found.events = sorted([*own, *answers], key=lambda e: e.event_id)
+    documents = [d for d in map(read_document, found.receipts) if isinstance(d, dict)]
+    _fill_action(found, own, documents)
+    found.effect_key = next(
+        (str(k) for k in (*(d.get("effect_key") for d in documents), *_keys(own)) if k), None
+    )
+    if found.effect_key is not None:
+        found.effect = store.get_effect(found.effect_key)
+    return found
+
+
+def _keys(events: Iterable[Event]) -> Iterable[str | None]:
+    return (e.effect_key for e in events)
+
+
+def _fill_action(found: Inspection, own: list[Event], documents: list[dict[str, Any]]) -> None:
+    """The action and the decision, from the best source each has."""
+    for event in own:
+        if event.type is EventType.ACTION_PROPOSED and found.action is None:
+            found.action = dict(event.data.get("action") or {}) or None
+            found.action_hash = event.data.get("action_hash")
+        if event.type is EventType.POLICY_EVALUATED and found.decision is None:
+            found.decision = {k: event.data.get(k) for k in ("decision", "reason", "policy_hash")}
+    if documents:
+        first = documents[0]
+        if found.action is None:
+            found.action = {k: first.get("action" if k == "name" else k) for k in _ACTION_FIELDS}
+            found.action_hash = first.get("action_hash")
+        if found.decision is None:
+            found.decision = {
+                "decision": first.get("decision"),
+                "reason": first.get("decision_reason"),
+                "policy_hash": first.get("policy_hash"),
+            }
+    if found.action is None and found.approvals:
+        found.action = dict(found.approvals[0].action)
+        found.action_hash = found.approvals[0].action_hash
+
+
+def inspection_json(found: Inspection) -> dict[str, Any]:
+    """The ``--json`` document (``ctrlrun.inspection/v1``)."""
+    now = utc_now()
+    return {
+        "schema": INSPECTION_SCHEMA,
+        "action_id": found.action_id,
+        "action": found.action,
+        "action_hash": found.action_hash,
+        "decision": found.decision,
+        "approvals": [approval_document(a, now) for a in found.approvals],
+        "effect_key": found.effect_key,
+        "effect": None if found.effect is None else effect_document(found.effect, now),
+        "receipts": [receipt_json(r) for r in found.receipts],
+        "events": [e.to_dict() for e in found.events],
+    }
+
+
+def _decision_line(decision: Mapping[str, Any] | None) -> str:
+    if decision is None:
+        return "-"
+    return (
+        f"{decision.get('decision')} ({decision.get('reason')})"
+        f" under policy {decision.get('policy_hash')}"
+    )
+
+
+def _effect_line(found: Inspection) -> str:
+    record = found.effect
+    if found.effect_key is None:
+        return "- (this action names no effect key)"
+    if record is None:
+        return f"{found.effect_key}  (no record: nothing was reserved)"
+    line = f"{record.effect_key}  {shown_state(record, utc_now())}  attempt {record.attempt}"
+    if record.action_id != found.action_id:
+        line += f"  (by {record.action_id}, not this action)"
+    if record.resolved_by:
+        line += f"  resolved by {record.resolved_by}"
+    return line
+
+
+def _receipt_lines(found: Inspection) -> list[tuple[str, str]]:
+    lines = []
+    for receipt in found.receipts:
+        document = read_document(receipt)
+        seq = "-" if receipt.seq is None else str(receipt.seq)
+        if isinstance(document, str):
+            lines.append(("receipt", f"seq {seq}  UNREADABLE  {receipt.receipt_id}  {document}"))
+            continue
+        lines.append(
+            (
+                "receipt",
+                f"seq {seq}  {document.get('result')}  {receipt.receipt_id}"
+                f"  finished {document.get('finished_at')}",
+            )
+        )
+        if document.get("error"):
+            lines.append(("error", str(document["error"])))
+    if not lines:
+        lines.append(("receipt", _no_receipt(found)))
+    return lines
+
+
+def _no_receipt(found: Inspection) -> str:
+    pending = [a for a in found.approvals if a.status is ApprovalStatus.PENDING]
+    if pending:
+        return f"none yet: awaiting a human (`ctrlrun approve {pending[-1].approval_id}`)"
+    effect = found.effect
+    if effect is not None and effect.action_id == found.action_id:
+        if effect.lease_expired(utc_now()):
+            return "none: its lease lapsed without an outcome; the next attempt records AMBIGUOUS"
+        return f"none yet: in flight (effect {effect.state})"
+    return "none"
+
+
+def header_lines(found: Inspection) -> list[tuple[str, str]]:
+    """The key/value block above the timeline."""
+    action = found.action or {}
+    now = utc_now()
+    lines = [
+        ("action", found.action_id),
+        ("name", str(action.get("name") or "-")),
+        ("principal", who(action.get("principal"))),
+        ("arguments", compact(action.get("arguments", {}))),
+        ("resource", str(action.get("resource") or "-")),
+        ("environment", str(action.get("environment") or "-")),
+        ("hash", found.action_hash or "-"),
+        ("decision", _decision_line(found.decision)),
+    ]
+    lines += [
+        (
+            "approval",
+            f"{a.approval_id}  {shown_status(a, now)}  expires {when(a.expires_at)}",
+        )
+        for a in found.approvals
+    ]
+    lines.append(("effect", _effect_line(found)))
+    return lines + _receipt_lines(found)
+
+
+def event_row(event: Event) -> tuple[str, ...]:
+    """``id  ts  TYPE  k=v …`` (the proposed action itself is in the block above)."""
+    pairs = {"approval_id": event.approval_id, "effect_key": event.effect_key}
+    pairs.update({k: v for k, v in event.data.items() if k != "action"})
+    text = " ".join(
+        f"{k}={v if isinstance(v, str) else compact(v)}" for k, v in pairs.items() if v is not None
+    )
+    return (str(event.event_id), when(event.ts), str(event.type), text)
+
+
+@click.command()
+@click.argument("action_id")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document.")
+@store_url_option
+def inspect(action_id: str, as_json: bool, store_url: str | None) -> None:
+    """Everything about ACTION_ID: the action, the decision, its approvals, its effect, its
+    receipt(s) and the event timeline.
+
+    An approval id (apr_…) stands for the action that requested it. An id the store does
+    not know is refused (exit 1) with nothing on stdout.
+    """
+    with existing_store(store_url) as store:
+        found = gather(store, action_id)
+    if as_json:
+        json_line(inspection_json(found))
+        return
+    table(header_lines(found))
+    click.echo("")
+    click.echo("events")
+    table([("", *event_row(e)) for e in found.events], color_column=None)

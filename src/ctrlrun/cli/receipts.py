@@ -1,0 +1,174 @@
+"""``ctrlrun receipts``: the chained evidence, listed or verified."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final
+
+import click
+
+from ctrlrun.cli.common import (
+    Refusal,
+    existing_store,
+    json_line,
+    shorten,
+    store_url_option,
+    table,
+    who,
+)
+from ctrlrun.kernel.receipt import ChainReport, Receipt, verify_chain
+from ctrlrun.store.protocol import StateStore
+
+HEADER: Final = ("SEQ", "FINISHED", "RESULT", "ACTION", "EFFECT KEY", "AGENT", "ACTION ID", "WHY")
+_SNAPSHOT_TRIES: Final = 5
+
+
+def read_document(receipt: Receipt) -> dict[str, Any] | str:
+    """The receipt's document, or why it cannot be read (an altered row is shown, not fatal)."""
+    try:
+        document: Any = receipt.document  # the stored text may be any JSON, or none
+    except ValueError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    if not isinstance(document, dict):
+        return f"not a JSON object but {type(document).__name__}"
+    return document
+
+
+def receipt_json(receipt: Receipt) -> dict[str, Any]:
+    """``--json`` form: the stored document with its ``hash`` added (as ``JSONLSink`` writes
+    it); an unreadable row as ``seq``, ``receipt_id``, ``hash`` and ``unreadable``."""
+    document = read_document(receipt)
+    if isinstance(document, str):
+        return {
+            "seq": receipt.seq,
+            "receipt_id": receipt.receipt_id,
+            "hash": receipt.hash,
+            "unreadable": document,
+        }
+    return {**document, "hash": receipt.hash}
+
+
+def _seq(receipt: Receipt) -> str:
+    return "-" if receipt.seq is None else str(receipt.seq)
+
+
+def _why(document: dict[str, Any]) -> str:
+    if document.get("error"):
+        return shorten(str(document["error"]), 80)
+    return f"approved by {document['approver']}" if document.get("approver") else ""
+
+
+def receipt_row(receipt: Receipt) -> tuple[str, ...]:
+    """One line of the listing. An unreadable row is shown in place, marked UNREADABLE."""
+    document = read_document(receipt)
+    if isinstance(document, str):
+        return (_seq(receipt), "-", "UNREADABLE", "-", "-", "-", receipt.receipt_id, document)
+    finished = str(document.get("finished_at") or "-")
+    return (
+        _seq(receipt),
+        finished[:19] + "Z" if len(finished) >= 19 else finished,
+        str(document.get("result", "-")),
+        str(document.get("action", "-")),
+        str(document.get("effect_key") or "-"),
+        who(document.get("principal")),
+        str(document.get("action_id", "-")),
+        _why(document),
+    )
+
+
+@click.command()
+@click.option("--last", type=click.IntRange(min=1), metavar="N", help="Only the newest N.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document per line.")
+@click.option(
+    "--verify-chain",
+    "verify",
+    is_flag=True,
+    help="Check the whole hash chain instead of listing; exit 1 on any break.",
+)
+@store_url_option
+def receipts(last: int | None, as_json: bool, verify: bool, store_url: str | None) -> None:
+    """Receipts in chain order (rows without a seq last).
+
+    With --verify-chain, walk the whole chain and print each break as `seq N  kind`
+    (`seq -` for a row outside the chain); exit 1 if there is any.
+    """
+    if verify and last is not None:
+        raise click.UsageError("--last limits the listing; --verify-chain checks every receipt")
+    with existing_store(store_url) as store:
+        if verify:
+            rows, report = chain_snapshot(store)
+        else:
+            rows, report = store.receipts(), None
+    if report is not None:
+        show_report(rows, report, as_json=as_json)
+        return
+    chosen = rows[-last:] if last else rows
+    if as_json:
+        for receipt in chosen:
+            json_line(receipt_json(receipt))
+    elif not chosen:
+        click.echo("no receipts yet")
+    else:
+        table([receipt_row(r) for r in chosen], header=HEADER, color_column=2)
+
+
+def chain_snapshot(store: StateStore) -> tuple[tuple[Receipt, ...], ChainReport]:
+    """The receipts and the verdict over them against a head read on both sides of them.
+
+    Receipts and head are separate reads: an agent appending in between would look like a
+    ``head_mismatch``. A head that did not move across the read means the rows are the ones
+    it describes; after a few moving tries the last read is judged as it stands.
+    """
+    for _ in range(_SNAPSHOT_TRIES):
+        before = store.chain_head()
+        rows = store.receipts()
+        after = store.chain_head()
+        if before == after:
+            break
+    return rows, verify_chain(rows, after)
+
+
+def break_rows(rows: Sequence[Receipt], report: ChainReport) -> list[dict[str, Any]]:
+    """Each break with the receipt it concerns, where one can be named."""
+    by_seq = {r.seq: r.receipt_id for r in rows if r.seq is not None}
+    unchained = iter(r.receipt_id for r in rows if r.seq is None)
+    found = []
+    for brk in report.breaks:
+        receipt_id = next(unchained, None) if brk.seq is None else by_seq.get(brk.seq)
+        if str(brk.kind) in ("missing", "head_mismatch"):
+            receipt_id = None  # the seq names no row that is in the right place
+        found.append({"kind": str(brk.kind), "seq": brk.seq, "receipt_id": receipt_id})
+    return found
+
+
+def show_report(rows: Sequence[Receipt], report: ChainReport, *, as_json: bool) -> None:
+    """Print the verdict; raise a one-line refusal (exit 1) if the chain is not intact."""
+    breaks = break_rows(rows, report)
+    head = report.head
+    if as_json:
+        json_line(
+            {
+                "ok": report.ok,
+                "verified": report.verified,
+                "total": report.total,
+                "head": None if head is None else {"seq": head.seq, "hash": head.hash},
+                "breaks": breaks,
+            }
+        )
+    else:
+        where = "head row missing" if head is None else f"head seq {head.seq}"
+        click.echo(f"chain: {report.verified} of {report.total} receipts verified; {where}")
+        lines = [
+            (
+                "seq " + ("-" if b["seq"] is None else str(b["seq"])),
+                b["kind"],
+                b["receipt_id"] or "",
+            )
+            for b in breaks
+        ]
+        if lines:
+            table(lines, color_column=1)
+    if head is None:
+        raise Refusal("the receipt chain head row is missing; the store is damaged")
+    if breaks:
+        raise Refusal(f"the receipt chain has {len(breaks)} break(s)")

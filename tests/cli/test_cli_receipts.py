@@ -76,27 +76,31 @@ def test_a_tampered_file_exits_1_naming_each_break_by_seq_and_kind(history):
         history.path,
         "UPDATE receipts SET document = replace(document, '5000', '500000') WHERE seq = 1",
         "UPDATE receipts SET hash = NULL WHERE seq = 3",
-        "INSERT INTO receipts (receipt_id, seq, action_id, result, document, created_at)"
-        " VALUES ('rcp_smuggled', NULL, 'act_x', 'committed', '{}', '2020-01-01')",
+        # receipts are keyed by seq: a row smuggled in without one is numbered 4 by SQLite
+        "INSERT INTO receipts (receipt_id, action_id, result, document, created_at)"
+        " VALUES ('rcp_smuggled', 'act_x', 'committed', '{}', '2020-01-01')",
     )
     result = run("receipts", "--verify-chain")
     assert result.exit_code == 1
-    assert result.stderr == "Error: the receipt chain has 3 break(s)\n"
+    assert result.stderr == "Error: the receipt chain has 4 break(s)\n"
     summary, *breaks = result.stdout.splitlines()
     assert summary == "chain: 1 of 4 receipts verified; head seq 3"
-    assert [line.split() for line in breaks] == [
-        ["seq", "-", "unchained", "rcp_smuggled"],
-        ["seq", "1", "content_altered", history.store.receipts()[0].receipt_id],
-        ["seq", "3", "hash_missing", history.store.receipts()[2].receipt_id],
+    assert [line.split()[:3] for line in breaks] == [
+        ["seq", "1", "content_altered"],
+        ["seq", "3", "hash_missing"],
+        ["seq", "4", "hash_missing"],
+        ["seq", "3", "head_mismatch"],
     ]
+    assert breaks[0].split()[3] == history.store.receipts()[0].receipt_id
     as_json = run("receipts", "--verify-chain", "--json")
     assert as_json.exit_code == 1
     document = json.loads(as_json.stdout)
     assert document["ok"] is False
     assert [(b["kind"], b["seq"]) for b in document["breaks"]] == [
-        ("unchained", None),
         ("content_altered", 1),
         ("hash_missing", 3),
+        ("hash_missing", 4),
+        ("head_mismatch", 3),
     ]
 
 

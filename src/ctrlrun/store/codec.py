@@ -92,7 +92,7 @@ def receipt_from_row(row: Row) -> StoredReceipt:
     )
 
 
-_EVENT_ENCODER = json.JSONEncoder(separators=(",", ":"), default=repr)
+_EVENT_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=repr)
 
 
 def event_data_json(data: Mapping[str, Any]) -> str:

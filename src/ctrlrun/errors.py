@@ -304,6 +304,4 @@ class OperationInFlight(Refused):
     operation_id: str
 
     def __init__(self, message: str, *, resource: str, operation_id: str) -> None:
-        super().__init__(
-            message, reason="in_flight", resource=resource, operation_id=operation_id
-        )
+        super().__init__(message, reason="in_flight", resource=resource, operation_id=operation_id)

@@ -52,7 +52,7 @@ def execute(
     from psycopg import sql
     from psycopg.rows import dict_row
 
-    statement = sql.SQL(text).format(schema=sql.Identifier(schema or "public"))  # type: ignore[arg-type]
+    statement = sql.SQL(text).format(schema=sql.Identifier(schema or "public"))
     with conn.cursor(row_factory=dict_row) as cursor:
         cursor.execute(statement, params)
         rows = cursor.fetchall() if cursor.description else []

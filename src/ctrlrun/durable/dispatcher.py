@@ -22,7 +22,14 @@ from ctrlrun.canonical import new_id
 from ctrlrun.durable.base import DurableStore, check_positive_int
 from ctrlrun.durable.outbox import claim_in_txn, settle_in_txn
 from ctrlrun.errors import ClaimLost, InvalidArgument, NotExecuted, Undeliverable
-from ctrlrun.kernel.outbox import Backoff, Message, MessageStatus, OnUnknown, Outcome, plan_settlement
+from ctrlrun.kernel.outbox import (
+    Backoff,
+    Message,
+    MessageStatus,
+    OnUnknown,
+    Outcome,
+    plan_settlement,
+)
 from ctrlrun.runtime.receipts import describe
 from ctrlrun.store.ops import Txn
 

@@ -142,9 +142,7 @@ class Outbox:
 
         return self.store.read(work)
 
-    def resolve(
-        self, message_id: str, status: MessageStatus | str, *, resolver: str
-    ) -> Message:
+    def resolve(self, message_id: str, status: MessageStatus | str, *, resolver: str) -> Message:
         """A verdict on a parked (AMBIGUOUS) message: SENT (it was delivered), FAILED (it was
         not, and must not be), or PENDING (it was not: send it again)."""
         target = MessageStatus(status)
@@ -216,7 +214,9 @@ def claim_in_txn(
     return tuple(sorted(claimed, key=lambda m: (m.next_attempt_at, m.created_at, m.message_id)))
 
 
-def settle_in_txn(txn: Txn, message: Message, settlement: Settlement, *, strict: bool = True) -> bool:
+def settle_in_txn(
+    txn: Txn, message: Message, settlement: Settlement, *, strict: bool = True
+) -> bool:
     """Write ``settlement`` for the claim ``message.attempts``: the fenced terminal write.
 
     Returns True if it landed. A write that matches no row means the claim was reclaimed (or

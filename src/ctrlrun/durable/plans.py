@@ -101,8 +101,9 @@ class Plans:
         def work(txn: Txn) -> PlanRecord:
             record = get_plan_in_txn(txn, plan_id)
             apply_decision_in_txn(
-                txn, record, plan_answer(record, plan_id=plan_id, presented_hash=presented,
-                                         now=txn.now)
+                txn,
+                record,
+                plan_answer(record, plan_id=plan_id, presented_hash=presented, now=txn.now),
             )
             assert record is not None
             params = stamp(
@@ -135,6 +136,9 @@ class Plans:
         record, lapsed = self.store.read(look)
         if not lapsed:
             return record
+        return self._heal(plan_id)
+
+    def _heal(self, plan_id: str) -> PlanRecord | None:
         return self.store.transact(lambda txn: heal_in_txn(txn, plan_id))
 
     def list(self, status: PlanStatus | str | None = None) -> tuple[PlanRecord, ...]:
@@ -151,7 +155,7 @@ class Plans:
         if not lapsed:
             return records
         for plan_id in lapsed:
-            self.store.transact(lambda txn, pid=plan_id: heal_in_txn(txn, pid))
+            self._heal(plan_id)
         return self.store.read(look)[0]
 
     def receipts(self, plan_id: str) -> tuple[StepRecord, ...]:

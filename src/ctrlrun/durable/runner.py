@@ -154,6 +154,16 @@ class PlanOutcome:
         return self.plan.status is PlanStatus.EXECUTED
 
 
+@dataclass(frozen=True, slots=True)
+class StepVerdict:
+    """How a step ended, before its receipt is written."""
+
+    result: StepResult
+    output: Any = None
+    error: str | None = None
+    effect_key: str | None = None
+
+
 class _StepRaised(Exception):
     """A database step's own exception, carried out of its (rolled back) transaction."""
 
@@ -194,8 +204,9 @@ class PlanRunner:
         """
         record = self.plans.get(plan_id)
         if record is None:
-            raise PlanRefused(f"plan {plan_id} is unknown", reason=PlanReason.UNKNOWN,
-                              plan_id=plan_id)
+            raise PlanRefused(
+                f"plan {plan_id} is unknown", reason=PlanReason.UNKNOWN, plan_id=plan_id
+            )
         if record.terminal:
             return PlanOutcome(record, self.plans.receipts(plan_id), ())
         self._check_handlers(record)
@@ -216,11 +227,13 @@ class PlanRunner:
         for index, step in enumerate(record.steps):
             handler = self.steps.get(step.action)
             if handler is None:
-                raise InvalidArgument(f"plan {record.plan_id} step {index}: no handler for"
-                                      f" {step.action!r}")
+                raise InvalidArgument(
+                    f"plan {record.plan_id} step {index}: no handler for {step.action!r}"
+                )
             if handler.kind is StepKind.EXTERNAL and self.control is None:
-                raise InvalidArgument(f"step {index} ({step.action}) is external: the runner"
-                                      " needs a control")
+                raise InvalidArgument(
+                    f"step {index} ({step.action}) is external: the runner needs a control"
+                )
 
     # --- claim, fence, finish -----------------------------------------------------------------
 
@@ -238,8 +251,11 @@ class PlanRunner:
                 **lease_params(txn, self.heartbeat, "heartbeat_expires_at", "heartbeat_seconds"),
             )
             if txn.run("plan_claim", params) != 1:
-                raise PlanRefused(f"plan {plan_id} was claimed concurrently",
-                                  reason=PlanReason.BUSY, plan_id=plan_id)
+                raise PlanRefused(
+                    f"plan {plan_id} was claimed concurrently",
+                    reason=PlanReason.BUSY,
+                    plan_id=plan_id,
+                )
             claimed = get_plan_in_txn(txn, plan_id)
             assert claimed is not None
             return claimed
@@ -267,8 +283,14 @@ class PlanRunner:
     ) -> PlanOutcome:
         def work(txn: Txn) -> PlanOutcome:
             self._fence(txn, record)
-            params = stamp(txn, plan_id=record.plan_id, status=str(status), error=error,
-                           epoch=record.claim_epoch, worker=self.worker)
+            params = stamp(
+                txn,
+                plan_id=record.plan_id,
+                status=str(status),
+                error=error,
+                epoch=record.claim_epoch,
+                worker=self.worker,
+            )
             if txn.run("plan_finish", params) != 1:
                 raise self._lost(record)
             final = get_plan_in_txn(txn, record.plan_id)
@@ -278,8 +300,12 @@ class PlanRunner:
         return self.store.transact(work)
 
     def _lost(self, record: PlanRecord) -> ClaimLost:
-        return ClaimLost(f"plan {record.plan_id}: claim {record.claim_epoch} lost",
-                         kind="plan", target=record.plan_id, claim=record.claim_epoch)
+        return ClaimLost(
+            f"plan {record.plan_id}: claim {record.claim_epoch} lost",
+            kind="plan",
+            target=record.plan_id,
+            claim=record.claim_epoch,
+        )
 
     # --- steps ---------------------------------------------------------------------------------
 
@@ -291,10 +317,8 @@ class PlanRunner:
         existing = self.store.transact(lambda txn: self._beat_in_txn(txn, record, index))
         if existing is not None:
             return existing
-        result, output, error, key = self._call_outside(record, index, handler)
-        return self.store.transact(
-            lambda txn: self._receipt_in_txn(txn, record, index, result, output, error, key)
-        )
+        verdict = self._call_outside(record, index, handler)
+        return self.store.transact(lambda txn: self._receipt_in_txn(txn, record, index, verdict))
 
     def _run_db_step(self, record: PlanRecord, index: int, handler: StepHandler) -> StepRecord:
         step = record.steps[index]
@@ -303,13 +327,18 @@ class PlanRunner:
             existing = self._beat_in_txn(txn, record, index)
             if existing is not None:
                 return existing
-            context = StepContext(record.plan_id, index, step.action,
-                                  json.loads(evidence_json(step.arguments) or "{}"), txn)
+            context = StepContext(
+                record.plan_id,
+                index,
+                step.action,
+                json.loads(evidence_json(step.arguments) or "{}"),
+                txn,
+            )
             try:
                 output = handler.fn(context)
             except Exception as exc:
                 raise _StepRaised(exc) from exc
-            return self._receipt_in_txn(txn, record, index, StepResult.OK, output, None, None)
+            return self._receipt_in_txn(txn, record, index, StepVerdict(StepResult.OK, output))
 
         try:
             return self.store.transact(work)
@@ -317,7 +346,7 @@ class PlanRunner:
             error = describe(raised.error)
             return self.store.transact(
                 lambda txn: self._receipt_in_txn(
-                    txn, record, index, StepResult.FAILED, None, error, None
+                    txn, record, index, StepVerdict(StepResult.FAILED, error=error)
                 )
             )
 
@@ -331,26 +360,24 @@ class PlanRunner:
         return None
 
     def _advance(self, txn: Txn, record: PlanRecord, next_step: int) -> None:
-        params = stamp(txn, plan_id=record.plan_id, next_step=next_step,
-                       epoch=record.claim_epoch, worker=self.worker,
-                       **lease_params(txn, self.heartbeat, "heartbeat_expires_at",
-                                      "heartbeat_seconds"))
+        params = stamp(
+            txn,
+            plan_id=record.plan_id,
+            next_step=next_step,
+            epoch=record.claim_epoch,
+            worker=self.worker,
+            **lease_params(txn, self.heartbeat, "heartbeat_expires_at", "heartbeat_seconds"),
+        )
         if txn.run("plan_advance", params) != 1:
             raise self._lost(record)
 
     def _receipt_in_txn(
-        self,
-        txn: Txn,
-        record: PlanRecord,
-        index: int,
-        result: StepResult,
-        output: Any,
-        error: str | None,
-        effect_key: str | None,
+        self, txn: Txn, record: PlanRecord, index: int, verdict: StepVerdict
     ) -> StepRecord:
         """The fenced write of one step's receipt, its chained receipt and the heartbeat."""
         current = self._fence(txn, record)
-        text = evidence_json(output)
+        result, error, effect_key = verdict.result, verdict.error, verdict.effect_key
+        text = evidence_json(verdict.output)
         receipt_id = new_id("rcp")
         document = step_receipt_document(
             current,
@@ -363,20 +390,28 @@ class PlanRunner:
             finished_at=encode_receipt_instant(txn.now),
         )
         put_receipt_in_txn(txn, document)
-        txn.run("plan_step_insert", stamp(
-            txn, plan_id=record.plan_id, step_index=index, action=current.steps[index].action,
-            result=str(result), output_json=text, error=error, effect_key=effect_key,
-            claim_epoch=record.claim_epoch, receipt_id=receipt_id,
-        ))
+        txn.run(
+            "plan_step_insert",
+            stamp(
+                txn,
+                plan_id=record.plan_id,
+                step_index=index,
+                action=current.steps[index].action,
+                result=str(result),
+                output_json=text,
+                error=error,
+                effect_key=effect_key,
+                claim_epoch=record.claim_epoch,
+                receipt_id=receipt_id,
+            ),
+        )
         self._advance(txn, record, index + 1)
         for receipt in step_receipts_in_txn(txn, record.plan_id):
             if receipt.step_index == index:
                 return receipt
         raise AssertionError("the step receipt just written is missing")
 
-    def _call_outside(
-        self, record: PlanRecord, index: int, handler: StepHandler
-    ) -> tuple[StepResult, Any, str | None, str | None]:
+    def _call_outside(self, record: PlanRecord, index: int, handler: StepHandler) -> StepVerdict:
         """Run an external step through the effect kernel; map its outcome to a step result."""
         assert self.control is not None
         step = record.steps[index]
@@ -385,20 +420,20 @@ class PlanRunner:
         try:
             value, _ = self.control.run(action, handler.fn, CallSpec(effect_key=key))
         except NotExecuted as exc:
-            return StepResult.FAILED, None, describe(exc), key
+            return StepVerdict(StepResult.FAILED, error=describe(exc), effect_key=key)
         except DuplicateEffect as exc:
             if exc.state is DuplicateState.COMMITTED:  # an earlier attempt of this step landed
                 effect = self.control.store.get_effect(exc.effect_key)
                 output = {"already_committed": True, "result": effect.result if effect else None}
-                return StepResult.OK, output, None, exc.effect_key
-            return StepResult.AMBIGUOUS, None, describe(exc), exc.effect_key
+                return StepVerdict(StepResult.OK, output, effect_key=exc.effect_key)
+            return StepVerdict(StepResult.AMBIGUOUS, error=describe(exc), effect_key=exc.effect_key)
         except AmbiguousEffect as exc:
-            return StepResult.AMBIGUOUS, None, describe(exc), exc.effect_key
+            return StepVerdict(StepResult.AMBIGUOUS, error=describe(exc), effect_key=exc.effect_key)
         except Refused as exc:  # denied or needing its own approval: nothing was executed
-            return StepResult.FAILED, None, describe(exc), key
+            return StepVerdict(StepResult.FAILED, error=describe(exc), effect_key=key)
         except Exception as exc:  # the executor's unknown outcome, recorded AMBIGUOUS
-            return StepResult.AMBIGUOUS, None, describe(exc), key
-        return StepResult.OK, value, None, key
+            return StepVerdict(StepResult.AMBIGUOUS, error=describe(exc), effect_key=key)
+        return StepVerdict(StepResult.OK, value, effect_key=key)
 
     def _effect_key(self, record: PlanRecord, index: int, action: Action) -> str | None:
         """The policy's effect template if the action has one, else the step's position."""

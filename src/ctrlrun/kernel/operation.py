@@ -84,11 +84,13 @@ class PollState(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class PollResult:
-    """A poller's answer: the remote's state, and its result or error when it finished."""
+    """A poller's answer: the remote's state, its result or error when it finished, and the
+    remote id if the poller found the operation by its start token."""
 
     state: PollState
     result: Any = None
     error: str | None = None
+    remote_id: str | None = None  # found by the start token, when the start was unknown
 
 
 class ReapAction(StrEnum):

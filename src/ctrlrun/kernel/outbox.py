@@ -66,7 +66,8 @@ class Backoff:
         # compare in exponent space first: factor ** 60 seconds overflows timedelta
         if self.factor > 1 and exponent >= 64:
             return self.cap
-        return min(self.cap, self.base * self.factor**exponent)
+        grown: timedelta = self.base * int(self.factor**exponent)
+        return min(self.cap, grown)
 
     def delay(self, attempt: int, fraction: float) -> timedelta:
         """The jittered delay: ``ceiling / 2 + fraction * ceiling / 2``."""

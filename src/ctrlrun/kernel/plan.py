@@ -157,8 +157,9 @@ _GO: Final = PlanDecision()
 
 
 def _refuse(plan_id: str, reason: PlanReason, detail: str, status: str | None) -> PlanDecision:
-    return PlanDecision(PlanRefused(f"plan {plan_id} {detail}", reason=reason, plan_id=plan_id,
-                                    status=status))
+    return PlanDecision(
+        PlanRefused(f"plan {plan_id} {detail}", reason=reason, plan_id=plan_id, status=status)
+    )
 
 
 def check_integrity(record: PlanRecord) -> PlanDecision:
@@ -169,7 +170,7 @@ def check_integrity(record: PlanRecord) -> PlanDecision:
         return _refuse(
             record.plan_id,
             PlanReason.TAMPERED,
-            f"steps hash to {actual}, not to the approved {record.approved_hash or record.plan_hash}",
+            f"steps hash to {actual}, not to {record.approved_hash or record.plan_hash}",
             str(record.status),
         )
     return _GO
@@ -196,7 +197,9 @@ def plan_answer(
             str(record.status),
         )
     if record.status is not PlanStatus.PENDING:
-        reason = PlanReason.EXPIRED if record.status is PlanStatus.EXPIRED else PlanReason.NOT_PENDING
+        reason = (
+            PlanReason.EXPIRED if record.status is PlanStatus.EXPIRED else PlanReason.NOT_PENDING
+        )
         return _refuse(plan_id, reason, f"is already {record.status}", str(record.status))
     if now > record.expires_at:
         return _expired(record)
@@ -216,11 +219,16 @@ def plan_claim(record: PlanRecord | None, *, plan_id: str, now: datetime) -> Pla
     if drift.refusal is not None:
         return drift
     if record.status is PlanStatus.EXECUTING:
-        return _refuse(plan_id, PlanReason.BUSY, f"is executing under {record.claimed_by}",
-                       str(record.status))
+        return _refuse(
+            plan_id, PlanReason.BUSY, f"is executing under {record.claimed_by}", str(record.status)
+        )
     if record.status is not PlanStatus.APPROVED:
-        return _refuse(plan_id, PlanReason.NOT_APPROVED, f"is {record.status}, not approved",
-                       str(record.status))
+        return _refuse(
+            plan_id,
+            PlanReason.NOT_APPROVED,
+            f"is {record.status}, not approved",
+            str(record.status),
+        )
     if record.started_at is None and now > record.expires_at:
         return _expired(record)
     return _GO

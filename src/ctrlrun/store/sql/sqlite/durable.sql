@@ -157,21 +157,27 @@ SET claim_epoch = claim_epoch + 1, claimed_by = :worker, lease_expires_at = :lea
 WHERE operation_id = :operation_id AND status = 'running' AND claim_epoch = :epoch
   AND (lease_expires_at IS NULL OR lease_expires_at < :now OR claimed_by = :worker);
 
+-- Records the remote id and releases the start's claim: from here on it is only polled.
 -- name: op_record_start
 UPDATE operations
-SET remote_id = :remote_id, reconcile = NULL, updated_at = :now
+SET remote_id = :remote_id, reconcile = NULL, updated_at = :now, claimed_by = NULL,
+    lease_expires_at = NULL
 WHERE operation_id = :operation_id AND status = 'running' AND claim_epoch = :epoch
   AND claimed_by = :worker AND remote_id IS NULL;
 
+-- An unknown start: flagged for reconciliation and released, so a poller may look for it.
 -- name: op_flag
 UPDATE operations
-SET reconcile = :reconcile, error = :error, updated_at = :now
+SET reconcile = :reconcile, error = :error, updated_at = :now, claimed_by = NULL,
+    lease_expires_at = NULL
 WHERE operation_id = :operation_id AND status = 'running' AND claim_epoch = :epoch
   AND remote_id IS NULL;
 
 -- name: op_release
 UPDATE operations
-SET claimed_by = NULL, lease_expires_at = NULL, updated_at = :now
+SET claimed_by = NULL, lease_expires_at = NULL, updated_at = :now,
+    remote_id = COALESCE(remote_id, :remote_id),
+    reconcile = CASE WHEN :remote_id IS NULL THEN reconcile ELSE NULL END
 WHERE operation_id = :operation_id AND status = 'running' AND claim_epoch = :epoch
   AND claimed_by = :worker;
 
@@ -205,4 +211,4 @@ UPDATE operations
 SET remote_id = :remote_id, status = :status, reconcile = NULL, updated_at = :now,
     error = :error, finished_at = CASE WHEN :status = 'running' THEN NULL ELSE :now END
 WHERE operation_id = :operation_id AND status = 'running' AND remote_id IS NULL
-  AND claim_epoch = :epoch;
+  AND reconcile IS NOT NULL AND claim_epoch = :epoch;

@@ -72,6 +72,7 @@ class Plans:
                 agent=agent,
                 user_name=user,
                 expires_at=txn.ts(txn.now + ttl),
+                ttl_seconds=ttl.total_seconds(),
             )
             txn.run("plan_insert", params)
             record = get_plan_in_txn(txn, pid)

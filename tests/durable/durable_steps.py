@@ -11,8 +11,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ctrlrun.durable import Steps
 from durable_workers import inside_forever, mark
+
+from ctrlrun.durable import Steps
 
 INVENTORY_SQLITE = "CREATE TABLE IF NOT EXISTS inventory (item TEXT PRIMARY KEY, qty INTEGER)"
 

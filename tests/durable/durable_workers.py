@@ -9,7 +9,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-
 START = datetime(2026, 1, 1, 12, tzinfo=UTC)  # the parent's FakeClock starts here too
 
 
@@ -75,8 +74,9 @@ def run_plan_then_hang(
     db: str, policy: str, calls: str, plan_id: str, inside: Any, hang_in: str
 ) -> None:
     """Run ``plan_id``; hang inside step ``hang_in`` (``db`` or ``external``) until killed."""
-    from ctrlrun import Control, Policy
     from durable_steps import make_steps
+
+    from ctrlrun import Control, Policy
 
     store = _store(db, None)
     steps = make_steps(calls, hang_in=hang_in, inside=inside)

@@ -12,13 +12,13 @@ from datetime import timedelta
 
 import psycopg
 import pytest
+from durable_workers import deliver_then_hang, race_outbox_claim
 from psycopg import sql
 
 from ctrlrun.durable import Backoff, Dispatcher, MessageStatus, Outbox, Outcome
 from ctrlrun.durable.outbox import settle_in_txn
 from ctrlrun.errors import ClaimLost, InvalidArgument, NotExecuted, Undeliverable
 from ctrlrun.kernel.outbox import Settlement
-from durable_workers import deliver_then_hang, race_outbox_claim
 
 EXACT = {"jitter": lambda: 1.0, "backoff": Backoff(base=timedelta(seconds=10))}
 

@@ -211,6 +211,8 @@ class PlanRunner:
             return PlanOutcome(record, self.plans.receipts(plan_id), ())
         self._check_handlers(record)
         claimed = self.store.transact(self._claim_in_txn(plan_id))
+        if claimed.terminal:  # it finished between our read and our claim
+            return PlanOutcome(claimed, self.plans.receipts(plan_id), ())
         done = {r.step_index: r for r in self.plans.receipts(plan_id)}
         ran: list[int] = []
         for index in range(len(claimed.steps)):
@@ -240,6 +242,8 @@ class PlanRunner:
     def _claim_in_txn(self, plan_id: str) -> Callable[[Txn], PlanRecord]:
         def work(txn: Txn) -> PlanRecord:
             record = get_plan_in_txn(txn, plan_id, lock=True)
+            if record is not None and record.terminal:
+                return record  # answered from its receipts, never claimed again
             apply_decision_in_txn(txn, record, plan_claim(record, plan_id=plan_id, now=txn.now))
             assert record is not None
             params = stamp(

@@ -145,6 +145,7 @@ class Operations:
                 status=str(OperationStatus.FAILED),
                 result_json=None,
                 error=describe(exc),
+                remote_id=None,
             )
         except BaseException as exc:
             flagged = self._write(
@@ -208,6 +209,7 @@ class Operations:
             status=str(OperationStatus(answer.state.value)),
             result_json=evidence_json(answer.result),
             error=answer.error,
+            remote_id=answer.remote_id,
         )
 
     def _claim_poll_in_txn(self, txn: Txn, operation_id: str) -> Operation | None:

@@ -207,7 +207,7 @@ WHERE operation_id = %(operation_id)s AND status = 'running' AND claim_epoch = %
 UPDATE {schema}.operations
 SET status = %(status)s::text, finished_at = now(), updated_at = now(),
     lease_expires_at = NULL, result_json = %(result_json)s::text, error = %(error)s::text,
-    reconcile = NULL
+    reconcile = NULL, remote_id = COALESCE(remote_id, %(remote_id)s::text)
 WHERE operation_id = %(operation_id)s AND status = 'running' AND claim_epoch = %(epoch)s
   AND claimed_by = %(worker)s;
 

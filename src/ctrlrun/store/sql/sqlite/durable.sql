@@ -184,7 +184,8 @@ WHERE operation_id = :operation_id AND status = 'running' AND claim_epoch = :epo
 -- name: op_settle
 UPDATE operations
 SET status = :status, finished_at = :now, updated_at = :now, lease_expires_at = NULL,
-    result_json = :result_json, error = :error, reconcile = NULL
+    result_json = :result_json, error = :error, reconcile = NULL,
+    remote_id = COALESCE(remote_id, :remote_id)
 WHERE operation_id = :operation_id AND status = 'running' AND claim_epoch = :epoch
   AND claimed_by = :worker;
 

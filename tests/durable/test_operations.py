@@ -187,7 +187,11 @@ class TestPoll:
         ops.poll(known.operation_id, lambda op: PollResult(PollState.RUNNING))
         unknown = ops.submit("branch.reset", "db:b")
         # a starter that died mid-start: claimed running, no remote id recorded
-        backend.store.transact(lambda txn: ops._claim_start_in_txn(txn, unknown.operation_id))
+        backend.store.transact(
+            lambda txn: ops._claim_in_txn(
+                txn, unknown.operation_id, OperationStatus.QUEUED, "op_claim_start"
+            )
+        )
         backend.sql(
             "UPDATE {t}operations SET claimed_by = 'dead' WHERE operation_id = :id",
             {"id": known.operation_id},

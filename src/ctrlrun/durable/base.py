@@ -9,14 +9,12 @@ store's clock reading (on Postgres, the server's): every lease is stamped and co
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar
 
 from ctrlrun.canonical import canonical_text, plain
 from ctrlrun.errors import InvalidArgument
-from ctrlrun.store.codec import safe_text
 from ctrlrun.store.ops import Txn
 
 T = TypeVar("T")
@@ -60,17 +58,6 @@ def seconds(delta: timedelta) -> float:
 def json_text(value: Any) -> str:
     """Canonical JSON of a caller's value; ``InvalidArgument`` naming the path if it has none."""
     return canonical_text(plain(value))
-
-
-def evidence_json(value: Any) -> str | None:
-    """A step's or an operation's output as canonical JSON, or ``{"repr": …}`` if it has none:
-    evidence is always written, never refused for its shape."""
-    if value is None:
-        return None
-    try:
-        return canonical_text(value)
-    except InvalidArgument:
-        return json.dumps({"repr": safe_text(repr(value))[:2000]})
 
 
 def check_name(value: object, what: str) -> str:

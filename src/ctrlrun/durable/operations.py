@@ -31,7 +31,6 @@ from ctrlrun.canonical import new_id
 from ctrlrun.durable.base import (
     DurableStore,
     check_name,
-    evidence_json,
     json_text,
     lease_params,
     stamp,
@@ -51,6 +50,7 @@ from ctrlrun.kernel.operation import (
     plan_reap,
 )
 from ctrlrun.runtime.receipts import describe
+from ctrlrun.store.codec import result_json
 from ctrlrun.store.ops import Txn
 
 log = logging.getLogger("ctrlrun.durable")
@@ -133,7 +133,11 @@ class Operations:
     def start(self, operation_id: str, starter: Starter) -> Operation:
         """Issue the remote start if, and only if, this call moves the operation ``queued →
         running``; otherwise return it as it stands (it is never started twice)."""
-        claimed = self.store.transact(lambda txn: self._claim_start_in_txn(txn, operation_id))
+        claimed = self.store.transact(
+            lambda txn: self._claim_in_txn(
+                txn, operation_id, OperationStatus.QUEUED, "op_claim_start"
+            )
+        )
         if claimed is None:
             return self._require(operation_id)
         try:
@@ -172,9 +176,14 @@ class Operations:
             )
             raise
 
-    def _claim_start_in_txn(self, txn: Txn, operation_id: str) -> Operation | None:
+    def _claim_in_txn(
+        self, txn: Txn, operation_id: str, door: OperationStatus, query: str
+    ) -> Operation | None:
+        """Claim ``operation_id`` through ``query`` if it is in ``door``; None when it is not,
+        or when the conditional write matched no row (a concurrent start won the only door;
+        a live poll claim holds it)."""
         current = _get(txn, operation_id)
-        if current.status is not OperationStatus.QUEUED:
+        if current.status is not door:
             return None
         params = stamp(
             txn,
@@ -183,8 +192,8 @@ class Operations:
             epoch=current.claim_epoch,
             **lease_params(txn, self.lease),
         )
-        if txn.run("op_claim_start", params) != 1:
-            return None  # a concurrent start won the only door
+        if txn.run(query, params) != 1:
+            return None
         return _get(txn, operation_id)
 
     # --- poll ----------------------------------------------------------------------------------
@@ -193,7 +202,11 @@ class Operations:
         """Claim a poll (unless a live claim holds the operation), ask the remote, and write the
         answer under that claim. A final operation, or one held by a live claim, is returned
         unpolled. Raises ``ClaimLost`` if this poll's claim was taken over before it wrote."""
-        claimed = self.store.transact(lambda txn: self._claim_poll_in_txn(txn, operation_id))
+        claimed = self.store.transact(
+            lambda txn: self._claim_in_txn(
+                txn, operation_id, OperationStatus.RUNNING, "op_claim_poll"
+            )
+        )
         if claimed is None:
             return self._require(operation_id)
         try:
@@ -207,25 +220,10 @@ class Operations:
             claimed,
             "op_settle",
             status=str(OperationStatus(answer.state.value)),
-            result_json=evidence_json(answer.result),
+            result_json=result_json(answer.result),
             error=answer.error,
             remote_id=answer.remote_id,
         )
-
-    def _claim_poll_in_txn(self, txn: Txn, operation_id: str) -> Operation | None:
-        current = _get(txn, operation_id)
-        if current.status is not OperationStatus.RUNNING:
-            return None
-        params = stamp(
-            txn,
-            operation_id=operation_id,
-            worker=self.worker,
-            epoch=current.claim_epoch,
-            **lease_params(txn, self.lease),
-        )
-        if txn.run("op_claim_poll", params) != 1:
-            return None  # a live claim holds it
-        return _get(txn, operation_id)
 
     # --- reap, cancel, resolve -------------------------------------------------------------------
 

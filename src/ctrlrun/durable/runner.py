@@ -26,7 +26,7 @@ from typing import Any
 
 from ctrlrun._time import check_positive, encode_receipt_instant
 from ctrlrun.canonical import derived_uuid, new_id
-from ctrlrun.durable.base import DurableStore, evidence_json, lease_params, stamp
+from ctrlrun.durable.base import DurableStore, lease_params, stamp
 from ctrlrun.durable.plans import (
     Plans,
     apply_decision_in_txn,
@@ -58,6 +58,7 @@ from ctrlrun.kernel.plan import (
 )
 from ctrlrun.runtime.control import CallSpec, Control
 from ctrlrun.runtime.receipts import describe
+from ctrlrun.store.codec import result_json
 from ctrlrun.store.ops import Txn
 from ctrlrun.store.ops.evidence import put_receipt_in_txn
 
@@ -335,7 +336,7 @@ class PlanRunner:
                 record.plan_id,
                 index,
                 step.action,
-                json.loads(evidence_json(step.arguments) or "{}"),
+                json.loads(result_json(step.arguments) or "{}"),
                 txn,
             )
             try:
@@ -381,7 +382,7 @@ class PlanRunner:
         """The fenced write of one step's receipt, its chained receipt and the heartbeat."""
         current = self._fence(txn, record)
         result, error, effect_key = verdict.result, verdict.error, verdict.effect_key
-        text = evidence_json(verdict.output)
+        text = result_json(verdict.output)
         receipt_id = new_id("rcp")
         document = step_receipt_document(
             current,

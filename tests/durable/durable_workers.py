@@ -116,3 +116,18 @@ def race_operation_start(
     barrier.wait(timeout=60)
     ops.start(operation_id, starter)
     results.put((os.getpid(), bool(started)))
+
+
+def race_plan_run(db: str, calls: str, plan_id: str, barrier: Any, results: Any) -> None:
+    """Run ``plan_id`` behind the barrier; report what this process executed (or why not)."""
+    from durable_steps import make_steps
+
+    from ctrlrun.durable import PlanRunner
+    from ctrlrun.errors import PlanRefused
+
+    runner = PlanRunner(_store(db, None), make_steps(calls))
+    barrier.wait(timeout=60)
+    try:
+        results.put((os.getpid(), list(runner.run(plan_id).ran)))
+    except PlanRefused as exc:
+        results.put((os.getpid(), str(exc.reason)))

@@ -344,3 +344,25 @@ def test_kill_9_mid_step(sqlite_backend, clock, tmp_path, calls, hang_in):
         assert marks(calls, "email-") == ["email-ops@example.com"]  # never called again
         assert inventory_rows(sqlite_backend) == []
     assert store.verify_chain().ok
+
+
+@pytest.mark.slow
+def test_four_processes_race_one_plan(sqlite_backend, calls):
+    from durable_workers import race_plan_run
+
+    sqlite_backend.sql(INVENTORY_SQLITE)
+    plan = approved(sqlite_backend.store, RESERVE)
+    ctx = mp.get_context("spawn")
+    barrier, results = ctx.Barrier(4), ctx.Queue()
+    args = (str(sqlite_backend.store.path), str(calls), plan.plan_id, barrier, results)
+    workers = [ctx.Process(target=race_plan_run, args=args) for _ in range(4)]
+    for worker in workers:
+        worker.start()
+    outcomes = [answer for _, answer in (results.get(timeout=60) for _ in workers)]
+    for worker in workers:
+        worker.join(timeout=30)
+        assert worker.exitcode == 0
+    assert outcomes.count([0]) == 1, outcomes
+    assert all(answer in ([], "busy") for answer in outcomes if answer != [0]), outcomes
+    assert len(marks(calls, "db-")) == 1
+    assert inventory_rows(sqlite_backend) == [{"item": "widget", "qty": 2}]

@@ -12,24 +12,29 @@ from ctrlrun.durable.operations import Operations
 from ctrlrun.durable.outbox import Outbox
 from ctrlrun.durable.plans import Plans
 from ctrlrun.durable.runner import PlanOutcome, PlanRunner, StepContext, Steps
+from ctrlrun.errors import ClaimLost, OperationInFlight, PlanReason, PlanRefused, Undeliverable
 from ctrlrun.kernel.operation import Operation, OperationStatus, PollResult, PollState
 from ctrlrun.kernel.outbox import Backoff, Message, MessageStatus, OnUnknown, Outcome
 from ctrlrun.kernel.plan import PlanRecord, PlanStatus, PlanStep, StepRecord, StepResult
 
 __all__ = [
     "Backoff",
+    "ClaimLost",
     "Delivery",
     "Dispatcher",
     "Message",
     "MessageStatus",
     "OnUnknown",
     "Operation",
+    "OperationInFlight",
     "OperationStatus",
     "Operations",
     "Outbox",
     "Outcome",
     "PlanOutcome",
+    "PlanReason",
     "PlanRecord",
+    "PlanRefused",
     "PlanRunner",
     "PlanStatus",
     "PlanStep",
@@ -40,4 +45,5 @@ __all__ = [
     "StepRecord",
     "StepResult",
     "Steps",
+    "Undeliverable",
 ]

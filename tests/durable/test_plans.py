@@ -99,22 +99,22 @@ class TestApproval:
             plans.approve(plan.plan_id, plan_hash=plan.plan_hash, approver="bob")
         assert caught.value.reason is PlanReason.TAMPERED
 
-    def test_approval_expires(self, sqlite_backend, clock):
-        plans = Plans(sqlite_backend.store)
+    def test_approval_expires(self, backend):
+        plans = Plans(backend.store)
         plan = plans.propose([RESERVE], agent="planner", ttl=timedelta(minutes=10))
-        clock.advance(timedelta(minutes=11))
+        backend.lapse("plans", "plan_id", plan.plan_id, "expires_at")
         with pytest.raises(PlanRefused) as caught:
             plans.approve(plan.plan_id, plan_hash=plan.plan_hash, approver="bob")
         assert caught.value.reason is PlanReason.EXPIRED
         assert plans.get(plan.plan_id).status is PlanStatus.EXPIRED  # the kept write
 
-    def test_an_approved_plan_not_started_in_time_expires(self, sqlite_backend, clock, calls):
-        plan = approved(sqlite_backend.store, RESERVE, ttl=timedelta(minutes=10))
-        clock.advance(timedelta(minutes=11))
-        runner = PlanRunner(sqlite_backend.store, steps_for(sqlite_backend, calls))
+    def test_an_approved_plan_not_started_in_time_expires(self, backend, calls):
+        plan = approved(backend.store, RESERVE, ttl=timedelta(minutes=10))
+        backend.lapse("plans", "plan_id", plan.plan_id, "expires_at")
+        runner = PlanRunner(backend.store, steps_for(backend, calls))
         with pytest.raises(PlanRefused, match="expired"):
             runner.run(plan.plan_id)
-        assert Plans(sqlite_backend.store).get(plan.plan_id).status is PlanStatus.EXPIRED
+        assert Plans(backend.store).get(plan.plan_id).status is PlanStatus.EXPIRED  # kept
         assert runner.run(plan.plan_id).ran == ()  # terminal: answered, nothing runs
 
     def test_a_rejected_plan_never_runs(self, backend, calls):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
+import uuid
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -130,3 +131,12 @@ def digest(value: Any) -> str:
 def new_id(prefix: str) -> str:
     """A fresh identifier: ``<prefix>_`` and 32 lowercase hex digits (128 random bits)."""
     return f"{prefix}_{secrets.token_hex(16)}"
+
+
+def derived_uuid(document: Any) -> str:
+    """A deterministic UUID (version 8, RFC 9562 variant) from the canonical form of
+    ``document``: the same document always yields the same UUID."""
+    raw = bytearray(hashlib.sha256(canonical_bytes(document)).digest()[:16])
+    raw[6] = (raw[6] & 0x0F) | 0x80  # version 8: custom
+    raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 9562 variant
+    return str(uuid.UUID(bytes=bytes(raw)))

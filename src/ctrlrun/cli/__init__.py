@@ -14,9 +14,23 @@ from ctrlrun.cli.demo import demo
 from ctrlrun.cli.effects import effects, resolve
 from ctrlrun.cli.init import init
 from ctrlrun.cli.inspection import inspect
+from ctrlrun.cli.operations import operations_group
+from ctrlrun.cli.plans import plans_group
 from ctrlrun.cli.receipts import receipts
 
-COMMANDS = (init, demo, effects, resolve, receipts, inspect, approvals, approve, deny)
+COMMANDS = (
+    init,
+    demo,
+    effects,
+    resolve,
+    receipts,
+    inspect,
+    approvals,
+    approve,
+    deny,
+    plans_group,
+    operations_group,
+)
 
 
 @click.group(cls=CtrlrunGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -42,13 +42,19 @@ def parse_queries(text: str) -> dict[str, str]:
 
 @cache
 def load_queries(dialect: str) -> dict[str, str]:
-    """The named queries of ``dialect`` (``sqlite`` or ``postgres``), parsed once."""
-    text = (
-        resources.files("ctrlrun.store")
-        .joinpath("sql", dialect, "queries.sql")
-        .read_text(encoding="utf-8")
-    )
-    return parse_queries(text)
+    """The named queries of every ``sql/<dialect>/*.sql`` file, parsed once; a name defined in
+    two files is refused (``ValueError``)."""
+    folder = resources.files("ctrlrun.store").joinpath("sql", dialect)
+    queries: dict[str, str] = {}
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if not entry.name.endswith(".sql"):
+            continue
+        found = parse_queries(entry.read_text(encoding="utf-8"))
+        clash = sorted(set(found) & set(queries))
+        if clash:
+            raise ValueError(f"{dialect}/{entry.name} redefines queries {clash}")
+        queries.update(found)
+    return queries
 
 
 def migration_files(dialect: str) -> tuple[tuple[str, str], ...]:

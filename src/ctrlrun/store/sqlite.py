@@ -72,6 +72,12 @@ class _Txn:
     def read_ts(self, value: Any) -> datetime:
         return decode_instant(value)
 
+    @property
+    def connection(self) -> sqlite3.Connection:
+        """The driver connection this transaction runs on, for parts that hand a step its own
+        SQL (durable plan steps): what it writes commits or rolls back with this transaction."""
+        return self._conn
+
 
 def check_sqlite_path(path: str | os.PathLike[str]) -> Path:
     """An absolute file path for a store; ``InvalidArgument`` for in-memory or empty paths."""

@@ -1,0 +1,72 @@
+"""What the durable command families share: opening the operator's store, one-line errors,
+aligned tables."""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+
+import click
+
+from ctrlrun.errors import CtrlrunError
+
+STORE_URL_HELP = "sqlite:///path or postgresql://…?ctrlrun_schema=name (or $CTRLRUN_STORE_URL)"
+
+
+def store_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--store-url``, read from ``$CTRLRUN_STORE_URL`` when not given."""
+    return click.option("--store-url", envvar="CTRLRUN_STORE_URL", help=STORE_URL_HELP)(fn)
+
+
+def open_operator_store(url: str | None) -> Any:
+    """The store ``url`` names, else ``.ctrlrun/state.db`` beside the policy file. It must
+    already exist at the current schema: these commands create and migrate nothing."""
+    from ctrlrun.runtime.locate import default_store_path, policy_path
+    from ctrlrun.store import open_store
+
+    if url:
+        return open_store(url, existing=True)
+    return open_store(f"sqlite://{default_store_path(policy_path())}", existing=True)
+
+
+def default_person() -> str:
+    """Who is answering, when ``--by`` is not given: the OS user."""
+    return os.environ.get("CTRLRUN_USER") or getpass.getuser()
+
+
+@contextmanager
+def refusals() -> Iterator[None]:
+    """Any ctrlrun error becomes one line ``Error: …`` on stderr and exit status 1."""
+    try:
+        yield
+    except CtrlrunError as exc:
+        click.echo(f"Error: {' '.join(str(exc).split())}", err=True)
+        sys.exit(1)
+
+
+def when(value: datetime | None) -> str:
+    """An instant as ``YYYY-MM-DDTHH:MM:SSZ`` (or ``-``)."""
+    return "-" if value is None else value.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Plain, aligned, greppable columns."""
+    widths = [
+        max(len(str(cell)) for cell in column) for column in zip(headers, *rows, strict=False)
+    ]
+    lines = [headers, *rows]
+    return "\n".join(
+        "  ".join(str(cell).ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        for line in lines
+    )
+
+
+def emit_json(value: Any) -> None:
+    """``value`` as indented JSON (datetimes as ISO text)."""
+    click.echo(json.dumps(value, indent=2, sort_keys=True, default=str))

@@ -1,0 +1,147 @@
+"""``ctrlrun plans``: list, show, approve and reject approved plans (by their hash)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import click
+
+from ctrlrun.cli.durable_common import (
+    default_person,
+    emit_json,
+    open_operator_store,
+    refusals,
+    store_option,
+    table,
+    when,
+)
+from ctrlrun.errors import PlanReason, PlanRefused
+
+
+@click.group("plans")
+def plans_group() -> None:
+    """Multi-step plans a person approves or rejects as a whole, by hash."""
+
+
+def _plans(store_url: str | None) -> Any:
+    from ctrlrun.durable.plans import Plans
+
+    return Plans(open_operator_store(store_url))
+
+
+def _as_dict(record: Any) -> dict[str, Any]:
+    data = dataclasses.asdict(record)
+    data["steps"] = [step.to_dict() for step in record.steps]
+    return data
+
+
+@plans_group.command("list")
+@click.option("--status", help="only plans in this status")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@store_option
+def list_plans(status: str | None, as_json: bool, store_url: str | None) -> None:
+    """Plans, oldest first."""
+    with refusals():
+        records = _plans(store_url).list(status)
+        if as_json:
+            emit_json([_as_dict(r) for r in records])
+            return
+        rows = [
+            (
+                r.plan_id,
+                str(r.status),
+                str(len(r.steps)),
+                r.agent,
+                when(r.expires_at),
+                r.plan_hash[:19],
+            )
+            for r in records
+        ]
+        click.echo(table(("PLAN", "STATUS", "STEPS", "AGENT", "EXPIRES", "HASH"), rows))
+
+
+@plans_group.command("show")
+@click.argument("plan_id")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@store_option
+def show_plan(plan_id: str, as_json: bool, store_url: str | None) -> None:
+    """One plan: its hash, every step, and every step receipt."""
+    with refusals():
+        plans = _plans(store_url)
+        record = plans.get(plan_id)
+        if record is None:
+            raise PlanRefused(
+                f"plan {plan_id} is unknown", reason=PlanReason.UNKNOWN, plan_id=plan_id
+            )
+        receipts = {r.step_index: r for r in plans.receipts(plan_id)}
+        if as_json:
+            emit_json(
+                {**_as_dict(record), "receipts": [dataclasses.asdict(r) for r in receipts.values()]}
+            )
+            return
+        click.echo(
+            f"plan     {record.plan_id}\nstatus   {record.status}\n"
+            f"hash     {record.plan_hash}\nagent    {record.agent}"
+            f"{' for ' + record.user if record.user else ''}\n"
+            f"expires  {when(record.expires_at)}\napprover {record.approver or '-'}"
+        )
+        if record.error:
+            click.echo(f"error    {record.error}")
+        rows = []
+        for index, step in enumerate(record.steps):
+            receipt = receipts.get(index)
+            rows.append(
+                (
+                    str(index),
+                    step.action,
+                    str(receipt.result) if receipt else "-",
+                    _short(step.to_dict()["arguments"]),
+                )
+            )
+        click.echo(table(("STEP", "ACTION", "RESULT", "ARGUMENTS"), rows))
+
+
+def _short(value: Any) -> str:
+    from ctrlrun.canonical import canonical_text
+
+    text = canonical_text(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+@plans_group.command("approve")
+@click.argument("plan_id")
+@click.option("--hash", "plan_hash", help="the hash you reviewed (default: the stored one)")
+@click.option("--by", "person", help="who approves (default: $CTRLRUN_USER or the OS user)")
+@store_option
+def approve_plan(
+    plan_id: str, plan_hash: str | None, person: str | None, store_url: str | None
+) -> None:
+    """Approve the whole plan, bound to its hash."""
+    with refusals():
+        plans = _plans(store_url)
+        presented = plan_hash or _stored_hash(plans, plan_id)
+        record = plans.approve(plan_id, plan_hash=presented, approver=person or default_person())
+        click.echo(f"approved {record.plan_id} {record.approved_hash} by {record.approver}")
+
+
+@plans_group.command("reject")
+@click.argument("plan_id")
+@click.option("--hash", "plan_hash", help="the hash you reviewed (default: the stored one)")
+@click.option("--by", "person", help="who rejects (default: $CTRLRUN_USER or the OS user)")
+@store_option
+def reject_plan(
+    plan_id: str, plan_hash: str | None, person: str | None, store_url: str | None
+) -> None:
+    """Reject the whole plan (terminal)."""
+    with refusals():
+        plans = _plans(store_url)
+        record = plans.reject(plan_id, plan_hash=plan_hash, approver=person or default_person())
+        click.echo(f"rejected {record.plan_id} by {record.approver}")
+
+
+def _stored_hash(plans: Any, plan_id: str) -> str:
+    record = plans.get(plan_id)
+    if record is None:
+        raise PlanRefused(f"plan {plan_id} is unknown", reason=PlanReason.UNKNOWN, plan_id=plan_id)
+    return str(record.plan_hash)

@@ -1,0 +1,100 @@
+"""Durable fixtures: the same tests on a real SQLite file and on the real test Postgres.
+
+``backend`` is parametrized: ``sqlite`` (a ``SQLiteStateStore`` on a file, with a clock the
+test moves) and ``postgres`` (``support.pg_durable.PgDurableStore`` in a private schema, on the
+server's clock). Time never passes by sleeping: ``backend.lapse(...)`` moves one lease into the
+past (SQLite: relative to the injected clock; Postgres: relative to the server's ``now()``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from ctrlrun._time import encode_instant
+from ctrlrun.store.sqlite import SQLiteStateStore
+from support.pg_durable import PgDurableStore
+
+
+class FakeClock:
+    """A clock that only moves when told to."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self.now = start or datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, delta: timedelta) -> None:
+        self.now += delta
+
+
+@dataclass
+class Backend:
+    name: str
+    store: Any
+    clock: FakeClock | None = None
+
+    def sql(self, text: str, params: dict[str, Any] | None = None) -> list[Any]:
+        """Run test SQL in its own transaction: ``{t}`` is the table prefix (schema on PG);
+        parameters are written ``:name`` and translated for Postgres."""
+        params = params or {}
+        if self.name == "sqlite":
+
+            def work(txn):
+                cursor = txn.connection.execute(text.replace("{t}", ""), params)
+                return [dict(row) for row in cursor.fetchall()]
+
+            return self.store.transact(work)
+        import re
+
+        pg = re.sub(r":([a-z_]+)", r"%(\1)s", text.replace("{t}", "{schema}."))
+        return self.store.execute(pg, params)
+
+    def lapse(self, table: str, id_column: str, value: str, column: str) -> None:
+        """Move ``column`` of one row one second into the past of the store's clock."""
+        if self.name == "sqlite":
+            past = encode_instant(self.clock() - timedelta(seconds=1))
+            self.sql(
+                f"UPDATE {{t}}{table} SET {column} = :past WHERE {id_column} = :id",
+                {"past": past, "id": value},
+            )
+        else:
+            self.sql(
+                f"UPDATE {{t}}{table} SET {column} = now() - interval '1 second'"
+                f" WHERE {id_column} = :id",
+                {"id": value},
+            )
+
+    def fresh(self) -> Any:
+        """A second handle on the same database (its own connections), as another worker has."""
+        if self.name == "sqlite":
+            return SQLiteStateStore(self.store.path, clock=self.clock)
+        return PgDurableStore(self.store.url, self.store.schema, migrate=False)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def sqlite_backend(tmp_path, clock):
+    store = SQLiteStateStore(tmp_path / "state.db", clock=clock)
+    yield Backend("sqlite", store, clock)
+    store.close()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def backend(request, tmp_path, clock):
+    if request.param == "sqlite":
+        store = SQLiteStateStore(tmp_path / "state.db", clock=clock)
+        yield Backend("sqlite", store, clock)
+    else:
+        schema = request.getfixturevalue("pg_schema")
+        store = PgDurableStore(schema.url, schema.schema)
+        yield Backend("postgres", store)
+    store.close()

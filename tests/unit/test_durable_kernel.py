@@ -1,0 +1,222 @@
+"""The durable kernel's pure decisions: backoff, settlements, plan hashes and checks, reaping."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from ctrlrun.errors import InvalidArgument, PlanReason
+from ctrlrun.kernel.operation import Operation, OperationStatus, ReapAction, plan_reap, start_token
+from ctrlrun.kernel.outbox import (
+    Backoff,
+    Message,
+    MessageStatus,
+    OnUnknown,
+    Outcome,
+    delivery_token,
+    plan_lapsed,
+    plan_settlement,
+)
+from ctrlrun.kernel.plan import (
+    PlanRecord,
+    PlanStatus,
+    PlanStep,
+    freeze_steps,
+    plan_answer,
+    plan_claim,
+    plan_hash,
+)
+
+NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
+
+
+class TestBackoff:
+    def test_doubles_from_the_base_up_to_the_cap(self):
+        backoff = Backoff(base=timedelta(seconds=1), cap=timedelta(seconds=30))
+        assert [backoff.ceiling(n).total_seconds() for n in range(1, 8)] == [1, 2, 4, 8, 16, 30, 30]
+        assert backoff.ceiling(10_000) == timedelta(seconds=30)  # no overflow
+
+    def test_equal_jitter_stays_within_half_and_whole(self):
+        backoff = Backoff(base=timedelta(seconds=8))
+        assert backoff.delay(1, 0.0) == timedelta(seconds=4)
+        assert backoff.delay(1, 1.0) == timedelta(seconds=8)
+        assert backoff.delay(2, 0.5) == timedelta(seconds=12)
+        with pytest.raises(InvalidArgument):
+            backoff.delay(1, 1.5)
+
+    @pytest.mark.parametrize(
+        "kwargs", [{"base": timedelta(0)}, {"factor": 0}, {"cap": timedelta(milliseconds=1)}]
+    )
+    def test_refuses_nonsense(self, kwargs):
+        with pytest.raises(InvalidArgument):
+            Backoff(**kwargs)
+
+
+class TestSettlement:
+    def settle(self, outcome, attempts=1, on_unknown=OnUnknown.RETRY):
+        return plan_settlement(
+            outcome,
+            attempts=attempts,
+            max_attempts=3,
+            on_unknown=on_unknown,
+            backoff=Backoff(),
+            fraction=1.0,
+            now=NOW,
+            error="e",
+        )
+
+    def test_every_outcome(self):
+        assert self.settle(Outcome.SENT).status is MessageStatus.SENT
+        assert self.settle(Outcome.REJECTED).status is MessageStatus.FAILED
+        retry = self.settle(Outcome.NOT_EXECUTED, attempts=2)
+        assert (retry.status, retry.next_attempt_at) == (
+            MessageStatus.PENDING,
+            NOW + timedelta(seconds=2),
+        )
+        assert self.settle(Outcome.UNKNOWN).status is MessageStatus.PENDING
+        assert self.settle(Outcome.UNKNOWN, on_unknown=OnUnknown.PARK).status is (
+            MessageStatus.AMBIGUOUS
+        )
+        assert self.settle(Outcome.NOT_EXECUTED, attempts=3).status is MessageStatus.DEAD
+        # parking wins over the attempt ceiling: an unknown is never silently dead
+        assert self.settle(Outcome.UNKNOWN, attempts=3, on_unknown=OnUnknown.PARK).status is (
+            MessageStatus.AMBIGUOUS
+        )
+
+    def test_a_lapsed_claim(self):
+        message = Message(
+            "m",
+            "t",
+            {},
+            None,
+            MessageStatus.PROCESSING,
+            1,
+            NOW,
+            NOW,
+            NOW,
+            lease_expires_at=NOW,
+            claimed_by="w",
+        )
+        assert plan_lapsed(message, max_attempts=3, on_unknown=OnUnknown.RETRY).status is (
+            MessageStatus.PENDING
+        )
+        assert plan_lapsed(message, max_attempts=1, on_unknown=OnUnknown.RETRY).status is (
+            MessageStatus.DEAD
+        )
+        parked = plan_lapsed(message, max_attempts=3, on_unknown=OnUnknown.PARK)
+        assert parked.status is MessageStatus.AMBIGUOUS and "lapsed" in parked.error
+
+    def test_tokens_are_stable_and_distinct(self):
+        assert delivery_token("m1") == delivery_token("m1") != delivery_token("m2")
+        assert start_token("op1") == start_token("op1") != delivery_token("op1")
+
+
+def record(steps, **changes):
+    frozen = freeze_steps(steps)
+    base = PlanRecord(
+        "p",
+        plan_hash(frozen),
+        frozen,
+        "agent",
+        None,
+        PlanStatus.PENDING,
+        NOW,
+        NOW + timedelta(hours=1),
+    )
+    return replace(base, **changes)
+
+
+STEPS = [{"action": "a.one", "arguments": {"n": 1}}, {"action": "a.two", "arguments": {}}]
+
+
+class TestPlans:
+    def test_the_hash_covers_names_arguments_and_order(self):
+        one = plan_hash(freeze_steps(STEPS))
+        assert one == plan_hash(freeze_steps([PlanStep("a.one", {"n": 1}), PlanStep("a.two", {})]))
+        assert one != plan_hash(freeze_steps(list(reversed(STEPS))))
+        assert one != plan_hash(
+            freeze_steps([{"action": "a.one", "arguments": {"n": 2}}, STEPS[1]])
+        )
+
+    @pytest.mark.parametrize(
+        "steps",
+        [
+            [],
+            [{"action": "bad name", "arguments": {}}],
+            [{"action": "a.x", "arguments": {"f": 1.5}}],
+            [{"action": "a.x"}],
+        ],
+    )
+    def test_bad_steps_are_refused(self, steps):
+        with pytest.raises(InvalidArgument):
+            freeze_steps(steps)
+
+    def test_answer_checks_in_order(self):
+        plan = record(STEPS)
+        assert plan_answer(None, plan_id="p", presented_hash="x", now=NOW).refusal.reason is (
+            PlanReason.UNKNOWN
+        )
+        drifted = replace(plan, steps=freeze_steps(STEPS[:1]))
+        assert (
+            plan_answer(drifted, plan_id="p", presented_hash=plan.plan_hash, now=NOW).refusal.reason
+            is PlanReason.TAMPERED
+        )
+        assert (
+            plan_answer(plan, plan_id="p", presented_hash="sha256:x", now=NOW).refusal.reason
+            is PlanReason.HASH_MISMATCH
+        )
+        late = plan_answer(
+            plan, plan_id="p", presented_hash=plan.plan_hash, now=NOW + timedelta(hours=2)
+        )
+        assert late.refusal.reason is PlanReason.EXPIRED and late.expire
+        assert (
+            plan_answer(plan, plan_id="p", presented_hash=plan.plan_hash, now=NOW).refusal is None
+        )
+
+    def test_claim(self):
+        plan = record(STEPS, status=PlanStatus.APPROVED)
+        plan = replace(plan, approved_hash=plan.plan_hash)
+        assert plan_claim(plan, plan_id="p", now=NOW).refusal is None
+        later = NOW + timedelta(hours=2)
+        assert plan_claim(plan, plan_id="p", now=later).expire
+        resumed = replace(plan, started_at=NOW)
+        assert plan_claim(resumed, plan_id="p", now=later).refusal is None  # no clock expiry
+        busy = replace(plan, status=PlanStatus.EXECUTING)
+        assert plan_claim(busy, plan_id="p", now=NOW).refusal.reason is PlanReason.BUSY
+        other = replace(plan, approved_hash="sha256:other")
+        assert plan_claim(other, plan_id="p", now=NOW).refusal.reason is PlanReason.TAMPERED
+
+    def test_heartbeat_and_fence(self):
+        plan = record(
+            STEPS,
+            status=PlanStatus.EXECUTING,
+            claim_epoch=2,
+            claimed_by="w",
+            heartbeat_expires_at=NOW,
+        )
+        assert not plan.heartbeat_lapsed(NOW) and plan.heartbeat_lapsed(NOW + timedelta(1))
+        assert plan.held_by("w", 2) and not plan.held_by("w", 1) and not plan.held_by("v", 2)
+
+
+def test_reap_never_restarts():
+    running = Operation(
+        "o",
+        "k",
+        "r",
+        {},
+        None,
+        OperationStatus.RUNNING,
+        NOW,
+        NOW,
+        claim_epoch=1,
+        claimed_by="w",
+        lease_expires_at=NOW,
+    )
+    assert plan_reap(running, NOW) is None
+    later = NOW + timedelta(seconds=1)
+    assert plan_reap(running, later) is ReapAction.RECONCILE
+    assert plan_reap(replace(running, remote_id="x"), later) is ReapAction.RELEASE
+    assert plan_reap(replace(running, status=OperationStatus.QUEUED), later) is None
+    assert plan_reap(replace(running, lease_expires_at=None), later) is None

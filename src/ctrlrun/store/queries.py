@@ -42,13 +42,18 @@ def parse_queries(text: str) -> dict[str, str]:
 
 @cache
 def load_queries(dialect: str) -> dict[str, str]:
-    """The named queries of ``dialect`` (``sqlite`` or ``postgres``), parsed once."""
-    text = (
-        resources.files("ctrlrun.store")
-        .joinpath("sql", dialect, "queries.sql")
-        .read_text(encoding="utf-8")
-    )
-    return parse_queries(text)
+    """The named queries of every ``sql/<dialect>/*.sql`` file (``sqlite`` or ``postgres``),
+    parsed once; ``ValueError`` if two files define the same name."""
+    folder = resources.files("ctrlrun.store").joinpath("sql", dialect)
+    queries: dict[str, str] = {}
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if not entry.name.endswith(".sql") or not entry.is_file():
+            continue
+        for name, body in parse_queries(entry.read_text(encoding="utf-8")).items():
+            if name in queries:
+                raise ValueError(f"query {name!r} is defined twice ({entry.name} and another)")
+            queries[name] = body
+    return queries
 
 
 def migration_files(dialect: str) -> tuple[tuple[str, str], ...]:

@@ -259,6 +259,13 @@ class DocumentTooLarge(InvalidArgument):
         super().__init__(message, size=size, limit=limit)
 
 
+class PreconditionRequired(InvalidArgument):
+    """A save named no version to compare against (HTTP 428); a blind overwrite is refused."""
+
+    def __init__(self, message: str, **fields: Any) -> None:
+        super().__init__(message, **fields)
+
+
 class PolicyError(CtrlrunError):
     """The policy file is missing, unreadable or malformed. Names the key and the line."""
 

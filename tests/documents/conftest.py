@@ -7,6 +7,7 @@ import pytest
 
 from ctrlrun.documents.store import DocumentStore
 from ctrlrun.store.sqlite import SQLiteStateStore
+from support.http_server import Served
 from support.pg_documents import PgDocumentsStore
 
 
@@ -40,3 +41,24 @@ def docs(backend):
 @pytest.fixture
 def sqlite_docs(sqlite_state):
     return DocumentStore(sqlite_state)
+
+
+@pytest.fixture
+def served(docs):
+    """The HTTP API on each backend."""
+    running = Served(docs)
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def sqlite_served(sqlite_state):
+    """The HTTP API on SQLite with small limits: 4 KiB of content, 8 KiB of body."""
+    running = Served(DocumentStore(sqlite_state, max_content_bytes=4096), max_body_bytes=8192)
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def drafts(tmp_path):
+    return tmp_path / "drafts"

@@ -9,6 +9,7 @@ save; stores call it and then only write, with one conditional update on the ver
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -23,6 +24,9 @@ _TOKEN: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,127}")
 _WRITER_MAX: Final = 200
 DEFAULT_KIND: Final = "json"
 DEFAULT_MAX_CONTENT_BYTES: Final = 1024 * 1024
+MAX_DEPTH: Final = 100
+"""Deepest nesting of arrays and objects a document may have: bounded so that no layer (the
+canonical walk, a JSON encoder) can run out of stack on hostile input."""
 
 
 def _check_token(value: Any, what: str) -> str:
@@ -83,7 +87,9 @@ class Content:
     @classmethod
     def of(cls, value: Any, *, limit: int = DEFAULT_MAX_CONTENT_BYTES) -> Content:
         """Canonicalise ``value``; ``InvalidArgument`` if it has no canonical form (floats
-        included), ``DocumentTooLarge`` if its canonical bytes exceed ``limit``."""
+        included) or nests deeper than ``MAX_DEPTH``, ``DocumentTooLarge`` if its canonical
+        bytes exceed ``limit``."""
+        _check_depth(value)
         data = canonical_bytes(value)
         if len(data) > limit:
             raise DocumentTooLarge(
@@ -141,6 +147,19 @@ class SavePlan:
     kind: SaveKind
     version: int
     expected_version: int
+
+
+def _check_depth(value: Any) -> None:
+    """Iterative, so that the check itself cannot overflow the stack it protects."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if not isinstance(item, Mapping | list | tuple):
+            continue
+        if depth > MAX_DEPTH:
+            raise InvalidArgument(f"document content nests deeper than {MAX_DEPTH} levels")
+        children = item.values() if isinstance(item, Mapping) else item
+        stack.extend((child, depth + 1) for child in children)
 
 
 def check_version(value: Any, what: str = "expected version") -> int:

@@ -138,10 +138,10 @@ class Served:
     def url(self) -> str:
         return self.server.url
 
-    def restart(self) -> None:
-        """Stop (cancelling what is in flight) and serve again on the same port."""
-        self.server.stop(force=True)
-        self.server = ServerThread(self.gate, self.server.port).start()
-
     def stop(self) -> None:
+        """Stop serving, cancelling what is in flight (as a crash or a deploy would)."""
         self.server.stop(force=True)
+
+    def start(self) -> None:
+        """Serve again, on the same port."""
+        self.server = ServerThread(self.gate, self.server.port).start()

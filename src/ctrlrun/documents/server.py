@@ -33,7 +33,7 @@ try:
 except ModuleNotFoundError as exc:  # pragma: no cover - exercised by the architecture test
     from ctrlrun.errors import MissingDependency
 
-    raise MissingDependency(module=exc.name or "starlette", extra="server") from exc
+    raise MissingDependency(module=(exc.name or "starlette").split(".")[0], extra="server") from exc
 
 from ctrlrun.canonical import digest
 from ctrlrun.documents.store import DocumentStore

@@ -60,9 +60,7 @@ def test_a_missing_server_extra_names_the_install_line(tmp_path, blocked):
 def test_serve_answers_and_stops_on_sigterm(tmp_path):
     server = subprocess.Popen(
         [
-            sys.executable,
-            "-m",
-            "ctrlrun.cli",
+            CTRLRUN,
             "serve",
             "--port",
             "0",
@@ -74,7 +72,9 @@ def test_serve_answers_and_stops_on_sigterm(tmp_path):
     )
     try:
         line = server.stderr.readline()
-        url = re.search(r"(http://127\.0\.0\.1:\d+)/api/documents", line).group(1)
+        found = re.search(r"(http://127\.0\.0\.1:\d+)/api/documents", line)
+        assert found, line
+        url = found.group(1)
         client = HttpDocumentClient(url, user="alice")
         client.create("notes", {"a": 1}, kind="json-object")
         assert client.save("notes", {"a": 2}, expected_version=1) == 2

@@ -63,7 +63,7 @@ class DraftBox:
         self.user = check_token(user, "user")
         self.doc_id = check_doc_id(doc_id)
         self.writer_id = check_token(writer_id, "writer id")
-        self.folder = Path(root) / self.user / self.doc_id
+        self.folder = Path(root).expanduser() / self.user / self.doc_id
         self.path = self.folder / f"{self.writer_id}.json"
         self._fsync, self._clock = fsync, clock
 

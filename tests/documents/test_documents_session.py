@@ -215,6 +215,20 @@ def test_a_save_whose_answer_was_lost_is_not_a_conflict_with_itself(store, open_
     ]
 
 
+def test_a_lost_answer_is_believed_landed_only_if_the_stored_content_is_what_it_sent(
+    store, open_session
+):
+    session = open_session()
+    session._client.lose_replies = True
+    session.edit({"a": 2})
+    session.flush()  # landed as version 2, answer lost
+    session._client.lose_replies = False
+    store.save("doc", {"a": "bob"}, expected_version=2, writer="bob")  # then someone else
+    session.edit({"a": 3})
+    assert session.flush() is CONFLICT  # version 3 is not its own save: never written over
+    assert (session.conflict_version, stored(store)) == (3, {"a": "bob"})
+
+
 def test_a_lost_answer_retried_unchanged_is_the_noop_it_is(store, open_session):
     session = open_session()
     session._client.lose_replies = True

@@ -253,6 +253,6 @@ class SessionMachine(RuleBasedStateMachine):
 
 
 SessionMachine.TestCase.settings = settings(
-    derandomize=True, max_examples=80, stateful_step_count=35, deadline=None
+    derandomize=True, max_examples=60, stateful_step_count=30, deadline=None
 )
 TestDocumentSession = SessionMachine.TestCase

@@ -4,12 +4,23 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
+import sqlite3
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ctrlrun.documents import HttpDocumentClient
 from ctrlrun.documents.store import DocumentStore
+from ctrlrun.errors import (
+    DocumentExists,
+    DocumentNotFound,
+    DocumentTooLarge,
+    InvalidArgument,
+    Unreachable,
+    VersionConflict,
+)
 from ctrlrun.store.sqlite import SQLiteStateStore
 from support.http_server import Served
 
@@ -275,3 +286,54 @@ def test_unknown_routes_and_methods_are_not_500(api):
 def test_fuzzed_bodies_never_make_a_500(api, raw):
     status, _, _ = call(api, "PUT", "/api/documents/doc", raw=raw)
     assert status in (200, 400, 409, 413, 428), status
+
+
+def test_a_failing_store_is_a_503_and_nothing_is_half_written(tmp_path):
+    state = SQLiteStateStore(tmp_path / "state.db", durability="normal")
+    docs = DocumentStore(state)
+    docs.create("doc", {"a": 1})
+    with sqlite3.connect(tmp_path / "state.db") as raw:  # damage: the history table goes
+        raw.execute("DROP TABLE document_versions")
+    running = Served(docs)
+    try:
+        status, _, got = call(
+            running.url, "PUT", "/api/documents/doc", {"content": 2, "expectedVersion": 1}
+        )
+        assert (status, got["error"]) == (503, "store_unavailable")
+        assert call(running.url, "GET", "/api/documents/doc")[2]["version"] == 1  # rolled back
+    finally:
+        running.stop()
+        state.close()
+
+
+def test_the_http_client_raises_what_the_store_raises(server, api):
+    client = HttpDocumentClient(server, user="alice")
+    with pytest.raises(DocumentExists) as exists:
+        client.create(api.doc_id, {})
+    assert exists.value.current_version == 1
+    with pytest.raises(DocumentNotFound):
+        client.fetch("nope")
+    with pytest.raises(DocumentNotFound):
+        client.history("nope")
+    assert client.save(api.doc_id, {"a": 2}, expected_version=1) == 2
+    with pytest.raises(VersionConflict) as conflict:
+        client.save(api.doc_id, {"a": 3}, expected_version=1)
+    assert (conflict.value.current_version, conflict.value.doc_id) == (2, api.doc_id)
+    with pytest.raises(DocumentTooLarge):
+        client.save(api.doc_id, "z" * 5000, expected_version=2)
+    with pytest.raises(InvalidArgument):
+        client.save(api.doc_id, {"a": 0.5}, expected_version=2)  # refused before sending
+    doc = client.fetch(api.doc_id)
+    assert (doc.version, doc.content, doc.updated_by) == (2, {"a": 2}, "alice")
+
+
+def test_the_http_client_without_a_server_is_unreachable():
+    with socket.socket() as probe:  # a port with nothing listening
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    client = HttpDocumentClient(f"http://127.0.0.1:{port}", user="alice", timeout=5)
+    with pytest.raises(Unreachable) as caught:
+        client.save("doc", {}, expected_version=1)
+    assert caught.value.status is None
+    with pytest.raises(InvalidArgument):
+        HttpDocumentClient("file:///etc/passwd", user="alice")

@@ -3,10 +3,12 @@
 Three branches under one root:
 
 * ``Refused`` — the expected, fail-closed answers a caller handles (``ActionDenied``,
-  ``ApprovalRequired``, ``ApprovalMismatch``, ``DuplicateEffect``, ``AmbiguousEffect``). Each
-  carries a machine-readable ``reason`` from a ``StrEnum``.
+  ``ApprovalRequired``, ``ApprovalMismatch``, ``DuplicateEffect``, ``AmbiguousEffect``, and for
+  documents ``VersionConflict``, ``DocumentNotFound``, ``DocumentExists``, ``MergeConflict``).
+  Each carries a machine-readable ``reason``.
 * faults — configuration, argument and store problems (``PolicyError``, ``InvalidArgument``,
-  ``StoreError`` and its children, ``MissingDependency``).
+  ``DocumentTooLarge``, ``StoreError`` and its children such as ``Unreachable``,
+  ``MissingDependency``).
 * the executor's signal ``NotExecuted``: the only exception that means "the remote did nothing".
 
 Every field is keyword-only and survives pickling, so refusals cross process boundaries intact.
@@ -165,6 +167,64 @@ class AmbiguousEffect(Refused):
         super().__init__(message, reason="ambiguous", effect_key=effect_key, action_id=action_id)
 
 
+class VersionConflict(Refused):
+    """A compare-and-swap save was based on a version that is no longer the stored one.
+
+    Nothing was written. ``current_version`` is the stored version the refusal was decided
+    against; ``expected_version`` the one the save was based on.
+    """
+
+    doc_id: str
+    current_version: int
+    expected_version: int | None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        doc_id: str,
+        current_version: int,
+        expected_version: int | None = None,
+    ) -> None:
+        super().__init__(
+            message,
+            reason="version_conflict",
+            doc_id=doc_id,
+            current_version=current_version,
+            expected_version=expected_version,
+        )
+
+
+class DocumentNotFound(Refused):
+    """No document has this id."""
+
+    doc_id: str
+
+    def __init__(self, message: str, *, doc_id: str) -> None:
+        super().__init__(message, reason="not_found", doc_id=doc_id)
+
+
+class DocumentExists(Refused):
+    """A create named an id that is already taken; nothing was written."""
+
+    doc_id: str
+    current_version: int
+
+    def __init__(self, message: str, *, doc_id: str, current_version: int) -> None:
+        super().__init__(
+            message, reason="document_exists", doc_id=doc_id, current_version=current_version
+        )
+
+
+class MergeConflict(Refused):
+    """A three-way merge met changes it cannot combine; ``keys`` names them. Nothing changed."""
+
+    keys: tuple[str, ...]
+
+    def __init__(self, message: str, *, keys: tuple[str, ...]) -> None:
+        super().__init__(message, reason="merge_conflict", keys=tuple(keys))
+
+
 # --- the executor's signal ---------------------------------------------------------------
 
 
@@ -184,6 +244,23 @@ class NotExecuted(CtrlrunError):
 
 class InvalidArgument(CtrlrunError, ValueError):
     """An input cannot be accepted (not canonicalisable, wrong type, impossible transition)."""
+
+    def __init__(self, message: str, **fields: Any) -> None:
+        super().__init__(message, **fields)
+
+
+class DocumentTooLarge(InvalidArgument):
+    """A document's canonical content (or a request body) is over the size limit, in bytes."""
+
+    size: int
+    limit: int
+
+    def __init__(self, message: str, *, size: int, limit: int) -> None:
+        super().__init__(message, size=size, limit=limit)
+
+
+class PreconditionRequired(InvalidArgument):
+    """A save named no version to compare against (HTTP 428); a blind overwrite is refused."""
 
     def __init__(self, message: str, **fields: Any) -> None:
         super().__init__(message, **fields)
@@ -212,6 +289,20 @@ class StoreError(CtrlrunError):
 
     def __init__(self, message: str, **fields: Any) -> None:
         super().__init__(message, **fields)
+
+
+class Unreachable(StoreError):
+    """The document server could not be reached, failed, or its answer was lost on the way.
+
+    Like every ``StoreError`` this is never a proof that a save did not land: the outcome of the
+    request is unknown. ``status`` is the HTTP status when one arrived (a 5xx), else None.
+    """
+
+    url: str
+    status: int | None
+
+    def __init__(self, message: str, *, url: str, status: int | None = None) -> None:
+        super().__init__(message, url=url, status=status)
 
 
 class SchemaMismatch(StoreError):

@@ -12,16 +12,42 @@ import pytest
 SRC = Path(__file__).resolve().parents[2] / "src" / "ctrlrun"
 
 
-def test_import_ctrlrun_imports_no_optional_dependency():
-    probe = (
-        "import sys, ctrlrun; bad = sorted(m for m in sys.modules if m.split('.')[0] in"
-        " {'psycopg', 'psycopg_binary', 'starlette', 'uvicorn', 'click', 'hypothesis'}"
-        " or m in {'ctrlrun.cli', 'ctrlrun.postgres'}); print(','.join(bad))"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+def run_probe(code: str) -> str:
+    """What ``code`` prints when run in a fresh interpreter."""
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout.strip()
-    assert out == ""
+
+
+def modules_loaded_by(imports: str, packages: set[str], modules: set[str]) -> str:
+    """The modules among ``packages`` (top-level names) and ``modules`` that ``import
+    <imports>`` loads, comma-separated."""
+    return run_probe(
+        f"import sys, {imports}; bad = sorted(m for m in sys.modules if m.split('.')[0] in"
+        f" {packages!r} or m in {modules!r}); print(','.join(bad))"
+    )
+
+
+def test_import_ctrlrun_imports_no_optional_dependency():
+    optional = {"psycopg", "psycopg_binary", "starlette", "uvicorn", "click", "hypothesis"}
+    assert modules_loaded_by("ctrlrun", optional, {"ctrlrun.cli", "ctrlrun.postgres"}) == ""
+
+
+def test_the_documents_client_side_imports_no_server_dependency():
+    # a session runs in an agent or an editor: urllib and the standard library only
+    imports = "ctrlrun.documents, ctrlrun.documents.session, ctrlrun.documents.client"
+    server = {"starlette", "uvicorn", "anyio", "h11", "psycopg", "click"}
+    assert modules_loaded_by(imports, server, {"ctrlrun.documents.server"}) == ""
+
+
+def test_the_server_without_its_extra_raises_missing_dependency():
+    probe = (
+        "import sys; sys.modules['starlette'] = None\n"
+        "from ctrlrun.errors import MissingDependency\n"
+        "try:\n    import ctrlrun.documents.server\n"
+        "except MissingDependency as exc:\n    print(exc.module, exc.extra)"
+    )
+    assert run_probe(probe) == "starlette server"
 
 
 @pytest.mark.parametrize("path", sorted((SRC / "kernel").glob("*.py")), ids=lambda p: p.name)

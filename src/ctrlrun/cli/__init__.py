@@ -17,6 +17,7 @@ from ctrlrun.cli.inspection import inspect
 from ctrlrun.cli.operations import operations_group
 from ctrlrun.cli.plans import plans_group
 from ctrlrun.cli.receipts import receipts
+from ctrlrun.cli.serve import serve
 
 COMMANDS = (
     init,
@@ -30,6 +31,7 @@ COMMANDS = (
     deny,
     plans_group,
     operations_group,
+    serve,
 )
 
 

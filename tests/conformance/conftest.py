@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from support.subprocess_env import fast_children
+from support.subprocess_env import bytecode_dir, subprocess_children
 
-
-@pytest.fixture(scope="session")
-def bytecode_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("pycache")
+__all__ = ["bytecode_dir", "subprocess_children"]
 
 
 @pytest.fixture(autouse=True)
-def _fast_children(monkeypatch, bytecode_dir):
-    fast_children(monkeypatch, bytecode_dir)
+def _children(subprocess_children):
+    return subprocess_children

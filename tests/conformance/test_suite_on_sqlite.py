@@ -11,18 +11,14 @@ import pytest
 from ctrlrun.conformance.store import CASES, SUITES, SQLiteBackend, Status, run
 from ctrlrun.conformance.store.report import CaseResult, Report
 from ctrlrun.errors import InvalidArgument
+from support.subprocess_env import fast_children
 
 
 @pytest.fixture(scope="module")
 def sqlite_report(tmp_path_factory, bytecode_dir):
-    mp = pytest.MonkeyPatch()
-    from support.subprocess_env import fast_children
-
-    fast_children(mp, bytecode_dir)
-    try:
+    with pytest.MonkeyPatch.context() as mp:
+        fast_children(mp, bytecode_dir)
         return run(SQLiteBackend(tmp_path_factory.mktemp("conformance")))
-    finally:
-        mp.undo()
 
 
 def test_sqlite_passes_every_case_with_zero_not_applicable(sqlite_report):

@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 TESTS = Path(__file__).resolve().parents[1]
 INJECT = TESTS / "support" / "inject"
 
@@ -31,3 +33,14 @@ def inject(monkeypatch, *, broken_store: str | None = None, mutation: str | None
         monkeypatch.setenv("CTRLRUN_TEST_BROKEN_STORE", broken_store)
     if mutation:
         monkeypatch.setenv("CTRLRUN_TEST_MUTATION", mutation)
+
+
+@pytest.fixture(scope="session")
+def bytecode_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("pycache")
+
+
+@pytest.fixture
+def subprocess_children(monkeypatch, bytecode_dir):
+    """Children of this test compile ctrlrun once per session (see ``fast_children``)."""
+    fast_children(monkeypatch, bytecode_dir)

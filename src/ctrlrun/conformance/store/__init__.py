@@ -18,16 +18,35 @@ migrations (``CASES`` lists every case with the sentence it proves). Standard li
 beyond the backend's own driver; ``import ctrlrun`` does not import this package.
 """
 
-from ctrlrun.conformance.store.backends import (
-    PostgresBackend,
-    Scratch,
-    SQLiteBackend,
-    StoreBackend,
-)
-from ctrlrun.conformance.store.framework import Case
-from ctrlrun.conformance.store.report import CaseResult, Report, Status
-from ctrlrun.conformance.store.runner import CASES, SUITES, run
+from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ctrlrun.conformance.store.backends import (
+        PostgresBackend,
+        Scratch,
+        SQLiteBackend,
+        StoreBackend,
+    )
+    from ctrlrun.conformance.store.framework import Case
+    from ctrlrun.conformance.store.report import CaseResult, Report, Status
+    from ctrlrun.conformance.store.runner import CASES, SUITES, run
+
+_HOMES = {
+    "CASES": "runner",
+    "SUITES": "runner",
+    "Case": "framework",
+    "CaseResult": "report",
+    "PostgresBackend": "backends",
+    "Report": "report",
+    "SQLiteBackend": "backends",
+    "Scratch": "backends",
+    "Status": "report",
+    "StoreBackend": "backends",
+    "run": "runner",
+}
 __all__ = [
     "CASES",
     "SUITES",
@@ -41,3 +60,10 @@ __all__ = [
     "StoreBackend",
     "run",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Exports load on first use, so a worker process imports only what it runs."""
+    if name not in _HOMES:
+        raise AttributeError(f"module 'ctrlrun.conformance.store' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"ctrlrun.conformance.store.{_HOMES[name]}"), name)

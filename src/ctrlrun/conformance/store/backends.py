@@ -194,12 +194,17 @@ class PostgresBackend:
             drop_schema(self.driver_url, schema, self.leaked)
 
 
-def with_schema(driver_url: str, schema: str) -> str:
-    """``driver_url`` with ``ctrlrun_schema=schema`` added (the form ``open_store`` reads)."""
-    parts = urlsplit(driver_url)
-    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True)]
-    query.append((SCHEMA_PARAM, schema))
+def with_param(url: str, name: str, value: str) -> str:
+    """``url`` with the query parameter ``name`` set to ``value`` (replacing any)."""
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != name]
+    query.append((name, value))
     return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+def with_schema(driver_url: str, schema: str) -> str:
+    """``driver_url`` with ``ctrlrun_schema=schema`` (the form ``open_store`` reads)."""
+    return with_param(driver_url, SCHEMA_PARAM, schema)
 
 
 def drop_schema(driver_url: str, schema: str, leaked: list[str]) -> None:

@@ -34,7 +34,9 @@ CASES: Final[tuple[Case, ...]] = (
 )
 SUITES: Final = tuple(dict.fromkeys(case.suite for case in CASES))
 
-Progress = Callable[[int, int, CaseResult], None]
+Progress = Callable[[int, int, str, CaseResult | None], None]
+"""Called with (index, total, ``suite/case``, None) as a case starts and with its result as it
+ends."""
 
 
 def select(only: Iterable[str]) -> tuple[Case, ...]:
@@ -82,9 +84,12 @@ def run(
     cases = select(only)
     results: list[CaseResult] = []
     for index, case in enumerate(cases, start=1):
+        name = f"{case.suite}/{case.name}"
+        if progress is not None:
+            progress(index, len(cases), name, None)
         result = run_case(backend, case, processes)
         results.append(result)
         if progress is not None:
-            progress(index, len(cases), result)
+            progress(index, len(cases), name, result)
     leaked = tuple(getattr(backend, "leaked", ()))
     return Report(backend.name, tuple(results), leaked)

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 import pytest
 
 from ctrlrun.conformance.store import CASES, SUITES, SQLiteBackend, Status, run
-from support.broken_stores import FIXTURES, BrokenBackend
+from support.broken_backends import FIXTURES, BrokenBackend
 from support.subprocess_env import inject
 
 SUITE_OF = {case.name: case.suite for case in CASES}

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from ctrlrun.cli import main
-from support.broken_stores import FIXTURES, BrokenBackend
+from support.broken_backends import FIXTURES, BrokenBackend
 
 
 def conformance(*args: str):

@@ -44,6 +44,10 @@ def backend_for(url: str) -> Any:
         import psycopg  # noqa: F401
     except ModuleNotFoundError as exc:
         raise MissingDependency(module="psycopg", extra="postgres") from exc
+    try:
+        import ctrlrun.postgres  # type: ignore[import-not-found,unused-ignore]  # noqa: F401
+    except ModuleNotFoundError as exc:
+        raise InvalidArgument("this build of ctrlrun has no Postgres store") from exc
     return PostgresBackend(url)
 
 

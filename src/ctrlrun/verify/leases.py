@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 from functools import partial
 from typing import Any, Final
 
 from ctrlrun.errors import AmbiguousEffect, DuplicateEffect
 from ctrlrun.kernel.event import EventType
+from ctrlrun.runtime.control import Control
 
 from .effects import NO_EFFECT
 from .lab import Failed, Lab, NotApplicable, Passed, Remote
@@ -31,29 +33,11 @@ def expired_lease_ambiguous(lab: Lab) -> Passed:
     control = lab.control(lease=LEASE)
     contenders = Remote()
     seen: dict[str, Any] = {}
-
-    def stalled_holder(**arguments: Any) -> str:
-        seen["admitted"] = True
-        lab.clock.advance(LEASE)
-        lab.expect(
-            "a contender at the lease's last instant",
-            partial(lab.present, control, vector, contenders),
-            DuplicateEffect,
-            state="in_progress",
-        )
-        lab.clock.advance(timedelta(microseconds=1))
-        lab.expect(
-            "a contender after the lease lapsed",
-            partial(lab.present, control, vector, contenders),
-            AmbiguousEffect,
-        )
-        seen["record"] = lab.store.get_effect(vector.effect_key)
-        return "the holder's late result"
-
+    holder = _stalled_holder(lab, control, vector, contenders, seen)
     try:
         lab.expect(
             "the stalled holder's late COMMIT",
-            partial(lab.present, control, vector, stalled_holder),
+            partial(lab.present, control, vector, holder),
             AmbiguousEffect,
         )
     except Failed as failed:
@@ -71,6 +55,32 @@ def expired_lease_ambiguous(lab: Lab) -> Passed:
         f"{vector.effect_key}: held at the lease's end, AMBIGUOUS 1 µs later; the holder's"
         " late commit refused; no contender executed",
     )
+
+
+def _stalled_holder(
+    lab: Lab, control: Control, vector: Vector, contenders: Remote, seen: dict[str, Any]
+) -> Callable[..., str]:
+    """The holder's executor: it moves the clock past its own lease, watching contenders."""
+
+    def stalled_holder(**arguments: Any) -> str:
+        seen["admitted"] = True
+        lab.clock.advance(LEASE)
+        lab.expect(
+            "control: a contender at the lease's last instant",
+            partial(lab.present, control, vector, contenders),
+            DuplicateEffect,
+            state="in_progress",
+        )
+        lab.clock.advance(timedelta(microseconds=1))
+        lab.expect(
+            "a contender after the lease lapsed",
+            partial(lab.present, control, vector, contenders),
+            AmbiguousEffect,
+        )
+        seen["record"] = lab.store.get_effect(vector.effect_key)
+        return "the holder's late result"
+
+    return stalled_holder
 
 
 def _after(lab: Lab, vector: Vector, lapsed: Any, contenders: Remote) -> None:

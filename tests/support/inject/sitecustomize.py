@@ -13,7 +13,7 @@ _mutation = os.environ.get("CTRLRUN_TEST_MUTATION")
 if _broken or _mutation:
     sys.path.insert(0, os.environ["CTRLRUN_TEST_SUPPORT"])
     if _broken:
-        from support.broken_stores import install
+        from support.broken_backends import install
 
         install(_broken)
     if _mutation:

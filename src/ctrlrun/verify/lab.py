@@ -103,14 +103,17 @@ class Lab:
     # --- choosing what to exercise --------------------------------------------------------
 
     def pick(
-        self, accept: Callable[[Target], bool], decisions: Iterable[Decision] = ADMITTED
+        self,
+        accept: Callable[[Target], bool],
+        decisions: Iterable[Decision] = ADMITTED,
+        fits: Callable[[Vector], bool] = lambda vector: True,
     ) -> tuple[Target, Vector] | None:
-        """The first target (sorted by action name, then rule) ``accept`` takes and a vector
-        reaches; it becomes the action this guarantee reports."""
+        """The first target (sorted by action name, then rule) ``accept`` takes and whose
+        vector ``fits``; it becomes the action this guarantee reports."""
         for target in targets(self.policy, decisions):
             if accept(target):
                 vector = solve(self.policy, target)
-                if vector is not None:
+                if vector is not None and fits(vector):
                     self.action = target.label
                     return target, vector
         return None

@@ -91,6 +91,7 @@ class SQLiteScratches:
 
     def __init__(self) -> None:
         self.warnings = []
+        self._dir = Path()
 
     @contextmanager
     def session(self) -> Iterator[SQLiteScratches]:

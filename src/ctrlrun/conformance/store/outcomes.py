@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Final
 
-from ctrlrun.errors import AmbiguousEffect, DuplicateEffect, NotExecuted
+from ctrlrun.errors import AmbiguousEffect, DuplicateEffect, InvalidArgument, NotExecuted, Refused
 from ctrlrun.kernel.effect import EffectState
 from ctrlrun.kernel.event import EventDraft, EventType
 from ctrlrun.store.protocol import FinishRequest, StateStore
@@ -172,8 +172,6 @@ def no_not_executed(ctx: CaseContext) -> str:
     """No store method raises ``NotExecuted`` — the executor's signal that the remote did
     nothing — for any of the thirteen refused calls; each raises a ctrlrun refusal or an
     invalid-argument error instead."""
-    from ctrlrun.errors import InvalidArgument, Refused
-
     stage = _stage(ctx)
     calls = _refusal_calls(stage)
     for label, call in calls:

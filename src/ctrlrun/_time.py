@@ -48,3 +48,25 @@ def decode_instant(text: str) -> datetime:
 def encode_receipt_instant(value: datetime) -> str:
     """Receipt form: millisecond precision, ``Z`` suffix."""
     return value.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="milliseconds") + "Z"
+
+
+class ManualClock:
+    """A clock that moves only when told to: the one seam the conformance suite and
+    ``ctrlrun verify`` use to reach a lease's or an approval's expiry without sleeping.
+
+    It starts at ``start`` (default: the system clock's reading when it was made) and reads the
+    same until ``advance`` or ``set`` moves it. Reading is safe from any thread.
+    """
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self._now = check_aware(start, "start") if start is not None else utc_now()
+
+    def __call__(self) -> datetime:
+        return self._now
+
+    def advance(self, delta: timedelta) -> datetime:
+        """Move forward by ``delta`` (which may be zero, never negative); the new reading."""
+        if not isinstance(delta, timedelta) or delta < timedelta(0):
+            raise InvalidArgument(f"a clock moves forward only, not by {delta!r}")
+        self._now = self._now + delta
+        return self._now

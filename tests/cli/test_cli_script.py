@@ -53,6 +53,8 @@ def test_the_script_is_installed_and_lists_its_commands_in_workflow_order(tmp_pa
         "plans",
         "operations",
         "serve",
+        "verify",
+        "conformance",
     ]
     version = ctrlrun("--version", cwd=tmp_path, env=shell_env)
     assert version.returncode == 0 and "version" in version.stdout

@@ -10,6 +10,7 @@ import click
 
 from ctrlrun.cli.approvals import approvals, approve, deny
 from ctrlrun.cli.common import CtrlrunGroup
+from ctrlrun.cli.conformance import conformance
 from ctrlrun.cli.demo import demo
 from ctrlrun.cli.effects import effects, resolve
 from ctrlrun.cli.init import init
@@ -18,6 +19,7 @@ from ctrlrun.cli.operations import operations_group
 from ctrlrun.cli.plans import plans_group
 from ctrlrun.cli.receipts import receipts
 from ctrlrun.cli.serve import serve
+from ctrlrun.cli.verify import verify
 
 COMMANDS = (
     init,
@@ -32,6 +34,8 @@ COMMANDS = (
     plans_group,
     operations_group,
     serve,
+    verify,
+    conformance,
 )
 
 

@@ -1,0 +1,106 @@
+"""Evidence: the receipt chain is numbered from 1, linked, hashed over the stored bytes and
+read back exactly; events come back in append order with stable, increasing ids."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from ctrlrun.canonical import GENESIS_HASH, sha256_hex
+from ctrlrun.kernel.effect import EffectState
+from ctrlrun.kernel.event import EventDraft, EventType
+from ctrlrun.kernel.receipt import BreakKind, Receipt, StoredReceipt, verify_chain
+
+from .framework import Case, CaseContext, check, finish, receipt_for, start
+
+PAYLOAD: Final[dict[str, Any]] = {
+    "text": 'ünïcødé ✓ "quoted"',
+    "n": 12345678901234,
+    "flags": [True, False, None],
+    "nested": {"list": [1, "two", {"three": None}]},
+}
+
+
+def _write_chain(ctx: CaseContext) -> tuple[Any, list[Receipt]]:
+    store = ctx.scratch.open()
+    written = [store.record((), receipt_for(ctx.action(0), "denied", None, payload=PAYLOAD))]
+    for n, outcome in enumerate((EffectState.COMMITTED, EffectState.FAILED), start=1):
+        start(store, ctx.key(n), ctx.action(n))
+        written.append(finish(store, ctx.key(n), ctx.action(n), 1, outcome))
+    written.append(store.record((), receipt_for(ctx.action(3), "blocked", ctx.key(1))))
+    return store, [r for r in written if r is not None]
+
+
+def receipt_chain(ctx: CaseContext) -> str:
+    """Receipts are numbered 1..n in write order; each links to its predecessor's hash (the
+    first to genesis) and its hash is SHA-256 of the stored text; ``receipts()`` returns them
+    byte-identical; the head is (n, last hash); the chain verifies — and a copy with one
+    altered receipt does not (so the verification is not vacuous)."""
+    store, written = _write_chain(ctx)
+    seqs = [r.seq for r in written]
+    check(seqs == list(range(1, len(written) + 1)), f"receipts numbered {seqs}, expected 1..n")
+    previous = GENESIS_HASH
+    for receipt in written:
+        document = receipt.document
+        check(receipt.hash == sha256_hex(receipt.text.encode()), f"seq {receipt.seq}: bad hash")
+        check(document.get("seq") == receipt.seq, f"seq {receipt.seq}: seq not in the document")
+        check(document.get("prev_hash") == previous, f"seq {receipt.seq}: broken link")
+        previous = receipt.hash or ""
+    check(list(store.receipts()) == written, "receipts() differs from what was returned")
+    check(store.receipts(ctx.action(1)) == (written[1],), "receipts(action_id) is not filtered")
+    head = store.chain_head()
+    check(head == (len(written), previous), f"head is {head}, expected ({len(written)}, last)")
+    report = store.verify_chain()
+    check(report.ok and report.verified == len(written), f"the chain does not verify: {report}")
+    altered = [
+        StoredReceipt(r.seq, r.receipt_id, r.text.replace("denied", "committed"), r.hash)
+        for r in written
+    ]
+    found = [(b.kind, b.seq) for b in verify_chain(altered, head).breaks]
+    check(found == [(BreakKind.CONTENT_ALTERED, 1)], f"control: alteration not found: {found}")
+    return f"{len(written)} receipts numbered from 1, linked, exact, verified"
+
+
+def events_in_order(ctx: CaseContext) -> str:
+    """Events come back in append order (the caller's, then the store's own for a reservation
+    and an outcome), with unique, positive, strictly increasing ids that are the same whether
+    read whole or filtered by action, and payloads that round-trip exactly."""
+    store = ctx.scratch.open()
+    mine = ctx.action("events")
+    drafts = tuple(
+        EventDraft(EventType.ACTION_PROPOSED, mine, data={**PAYLOAD, "i": i}) for i in range(3)
+    )
+    store.record(drafts, None)
+    start(store, ctx.key(), mine)
+    store.record((EventDraft(EventType.POLICY_EVALUATED, ctx.action("other")),), None)
+    finish(store, ctx.key(), mine, 1, EffectState.COMMITTED)
+    whole = store.events()
+    ids = [e.event_id for e in whole]
+    check(
+        all(isinstance(i, int) and i > 0 for i in ids) and ids == sorted(set(ids)),
+        f"event ids are not unique, positive and increasing: {ids}",
+    )
+    filtered = store.events(mine)
+    check(
+        [(e.event_id, e.type) for e in filtered]
+        == [(e.event_id, e.type) for e in whole if e.action_id == mine],
+        "event ids are not stable: the filtered log disagrees with the whole log",
+    )
+    kinds = [e.type for e in filtered]
+    expected = [EventType.ACTION_PROPOSED] * 3 + [
+        EventType.EFFECT_RESERVED,
+        EventType.EXECUTION_STARTED,
+        EventType.EXECUTION_COMMITTED,
+    ]
+    check(kinds == expected, f"events out of append order: {kinds}")
+    payloads = [dict(e.data) for e in filtered[:3]]
+    check(
+        payloads == [{**PAYLOAD, "i": i} for i in range(3)],
+        f"event payloads did not round-trip: {payloads}",
+    )
+    return f"{len(whole)} events in order, ids stable and increasing, payloads exact"
+
+
+CASES: Final = (
+    Case.of("evidence", "receipt-chain", receipt_chain),
+    Case.of("evidence", "events-in-order", events_in_order),
+)

@@ -87,7 +87,7 @@ def test_text_rows_progress_and_policy_from_the_environment(tmp_path, monkeypatc
     policy = tmp_path / "elsewhere.yaml"
     policy.write_text(POLICY)
     monkeypatch.setenv("CTRLRUN_CONFIG", str(policy))
-    result = verify("--only", "G6,G11")
+    result = verify("--only", "G6,G11", "--progress")
     assert result.exit_code == 0
     lines = result.stdout.splitlines()
     assert lines[1].split()[:5] == ["G6", "unknown", "action", "denied", "PASS"]

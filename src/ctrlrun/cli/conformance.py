@@ -51,9 +51,9 @@ def backend_for(url: str) -> Any:
     return PostgresBackend(url)
 
 
-def _live() -> Any:
-    """The progress display, only when a person watches stderr (a log or a pipe gets none)."""
-    return _progress if sys.stderr.isatty() else None
+def _live(progress: bool | None) -> Any:
+    """The progress display: when asked, or by default when a person watches stderr."""
+    return _progress if (sys.stderr.isatty() if progress is None else progress) else None
 
 
 def _progress(index: int, total: int, name: str, result: Any) -> None:
@@ -74,7 +74,14 @@ def _progress(index: int, total: int, name: str, result: Any) -> None:
 @click.option("--only", default="", metavar="NAMES", help="Comma-separated cases or suites.")
 @click.option("--processes", default=8, show_default=True, help="Contending OS processes.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def conformance(store_url: str, only: str, processes: int, as_json: bool) -> None:
+@click.option(
+    "--progress/--no-progress",
+    default=None,
+    help="Progress lines on stderr (default: only when stderr is a terminal).",
+)
+def conformance(
+    store_url: str, only: str, processes: int, as_json: bool, progress: bool | None
+) -> None:
     """Run the store conformance suite against a backend, each case on scratch storage."""
     from ctrlrun.conformance.store import run
     from ctrlrun.conformance.store.runner import select
@@ -87,7 +94,7 @@ def conformance(store_url: str, only: str, processes: int, as_json: bool) -> Non
             refuse(f"--processes must be at least 2, got {processes}")
     except CtrlrunError as exc:
         refuse(exc.message)
-    report = run(backend, only=names, processes=processes, progress=_live())
+    report = run(backend, only=names, processes=processes, progress=_live(progress))
     click.echo(report.to_json() if as_json else report.to_text())
     raise click.exceptions.Exit(0 if report.ok else 1)
 

@@ -24,9 +24,9 @@ def refuse(message: str, code: int = 2) -> NoReturn:
     raise click.exceptions.Exit(code)
 
 
-def _live() -> Any:
-    """The progress display, only when a person watches stderr (a log or a pipe gets none)."""
-    return _progress if sys.stderr.isatty() else None
+def _live(progress: bool | None) -> Any:
+    """The progress display: when asked, or by default when a person watches stderr."""
+    return _progress if (sys.stderr.isatty() if progress is None else progress) else None
 
 
 def _progress(guarantee: Any, result: Any) -> None:
@@ -59,16 +59,26 @@ def _load(policy: str | None) -> Any:
 )
 @click.option("--only", default="", metavar="IDS", help="Comma-separated ids, e.g. G1,G3.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option(
+    "--progress/--no-progress",
+    default=None,
+    help="Progress lines on stderr (default: only when stderr is a terminal).",
+)
 @click.option("--junit", "junit", metavar="FILE", help="Also write a JUnit XML report.")
-def verify(
-    policy: str | None, store_url: str | None, only: str, as_json: bool, junit: str | None
+def verify(  # noqa: PLR0917 - click passes one argument per option
+    policy: str | None,
+    store_url: str | None,
+    only: str,
+    as_json: bool,
+    junit: str | None,
+    progress: bool | None,
 ) -> None:
     """Run the guarantees against this policy in scratch stores it creates and drops."""
     from ctrlrun.verify import run
 
     try:
         loaded = _load(policy)
-        report = run(loaded, store_url=store_url, only=only.split(","), progress=_live())
+        report = run(loaded, store_url=store_url, only=only.split(","), progress=_live(progress))
     except click.exceptions.Exit:
         raise
     except CtrlrunError as exc:

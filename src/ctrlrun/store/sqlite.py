@@ -66,6 +66,9 @@ class _Txn:
     def run_many(self, query: str, params: Sequence[Mapping[str, Any]]) -> None:
         self._conn.executemany(self._queries[query], params)
 
+    def run_later(self, query: str, params: Mapping[str, Any]) -> None:
+        self._conn.execute(self._queries[query], params)  # in-process: nothing to save
+
     def ts(self, value: datetime | None) -> str | None:
         return None if value is None else encode_instant(value)
 

@@ -9,7 +9,6 @@ tables), so the same test proves the same contract on both.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,19 +16,7 @@ import pytest
 
 from ctrlrun._time import utc_now
 from ctrlrun.store.sqlite import SQLiteStateStore
-
-
-class FakeClock:
-    """A clock that only moves when told to."""
-
-    def __init__(self, start: datetime = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)) -> None:
-        self.now = start
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, delta: timedelta) -> None:
-        self.now += delta
+from support.clocks import FakeClock
 
 
 class Backend:

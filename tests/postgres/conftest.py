@@ -1,0 +1,78 @@
+"""Fixtures for the Postgres store's own tests: stores on a private schema (direct, or through
+the fault proxy), the branch names the store logs, and a counting executor."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from ctrlrun.postgres import PostgresStateStore
+from support.pg_fixtures import PgSchema
+from support.pgproxy import PgProxy
+
+KEY = "refund:pay_1"
+
+
+@pytest.fixture
+def open_store(pg_schema: PgSchema) -> Iterator[Callable[..., PostgresStateStore]]:
+    """``open_store(url=None, **kwargs)``: a store on the test's schema (closed at teardown)."""
+    opened: list[PostgresStateStore] = []
+
+    def _open(url: str | None = None, **kwargs: Any) -> PostgresStateStore:
+        store = PostgresStateStore(url or pg_schema.url, schema=pg_schema.schema, **kwargs)
+        opened.append(store)
+        return store
+
+    yield _open
+    for store in opened:
+        store.close()
+
+
+@pytest.fixture
+def direct(open_store: Callable[..., PostgresStateStore]) -> PostgresStateStore:
+    """A store connected straight to the server (the 'other process' of a test)."""
+    return open_store()
+
+
+@pytest.fixture
+def proxied(open_store: Callable[..., PostgresStateStore], pg_proxy: PgProxy) -> PostgresStateStore:
+    """The store under test, connected through the fault proxy (opened and migrated already,
+    so a fault armed afterwards hits the test's own write)."""
+    return open_store(pg_proxy.url)
+
+
+@pytest.fixture
+def branches(caplog: pytest.LogCaptureFixture) -> Callable[[], list[tuple[str, str | None]]]:
+    """``branches()``: the (branch, effect_key) pairs logged on ``ctrlrun.postgres`` so far."""
+    caplog.set_level(logging.INFO, logger="ctrlrun.postgres")
+
+    def logged() -> list[tuple[str, str | None]]:
+        return [
+            (record.branch, record.effect_key)
+            for record in caplog.records
+            if record.name == "ctrlrun.postgres" and hasattr(record, "branch")
+        ]
+
+    return logged
+
+
+class Executor:
+    """A remote that counts its calls; ``fail_with`` makes the next call raise."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+        self.fail_with: list[BaseException] = []
+
+    def __call__(self, **arguments: Any) -> dict[str, Any]:
+        self.calls.append(arguments)
+        if self.fail_with:
+            raise self.fail_with.pop(0)
+        return {"ok": len(self.calls)}
+
+
+@pytest.fixture
+def executor() -> Executor:
+    return Executor()

@@ -20,6 +20,7 @@ migration takes ``schema_version``'s table lock first and re-reads what is appli
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Final
 
 import psycopg
@@ -32,6 +33,8 @@ from ctrlrun.store.migrate import classify, refuse_unless_current, refuse_unless
 from ctrlrun.store.postgres.connections import Connection, Connections
 from ctrlrun.store.postgres.engine import Engine
 from ctrlrun.store.postgres.sqltext import migrations_for, queries_for
+
+log = logging.getLogger("ctrlrun.postgres")
 
 VERSION_TABLE: Final = "schema_version"
 _RACED: Final = (errors.UniqueViolation, errors.DuplicateTable)
@@ -84,10 +87,16 @@ def migrate(conn: Connection, queries: dict[str, str], schema: str, where: str) 
                     _apply(conn, queries, step, known=known, where=where, bootstrap=bootstrap)
                     bootstrap = False
             return
-        except _RACED:
+        except _RACED as exc:
             if last_pass or not bootstrap:
                 raise
-            # a concurrent first start created schema_version and committed: classify again
+            log.info(
+                "ctrlrun.postgres: %s: a concurrent first start created the schema first (%s);"
+                " classifying again",
+                where,
+                exc.sqlstate,
+                extra={"migration_race": exc.sqlstate},
+            )
 
 
 def check_current(conn: Connection, queries: dict[str, str], schema: str, where: str) -> None:

@@ -87,17 +87,29 @@ class Engine:
         first = self._attempt(work, operation)
         if not first.unknown:
             return first.outcome()
-        try:
+        if isinstance(first.cause, Exception):
             return self._settle(work, operation, first)
+        # An interrupt (KeyboardInterrupt, SystemExit, …) during COMMIT still interrupts: the
+        # re-read records which branch the store was in, but nothing more is issued.
+        interrupt = first.cause
+        assert interrupt is not None
+        try:
+            self._verdict(first, operation)
         finally:
-            if first.cause is not None and not isinstance(first.cause, Exception):
-                raise first.cause  # an interrupt during COMMIT still interrupts, once settled
+            raise interrupt
+
+    def _verdict(self, first: Attempt[T], operation: str) -> tuple[Verdict, Exception | None]:
+        verdict, refusal = self._recovery.settle(
+            first.txn.witness.evidence(), operation, first.cause
+        )
+        if verdict is Verdict.LANDED:
+            self.committed += 1
+        return verdict, refusal
 
     def _settle(self, work: Callable[[PgTxn], T], operation: str, first: Attempt[T]) -> T:
         evidence = first.txn.witness.evidence()
-        verdict, refusal = self._recovery.settle(evidence, operation, first.cause)
+        verdict, refusal = self._verdict(first, operation)
         if verdict is Verdict.LANDED:
-            self.committed += 1
             return first.outcome()
         if verdict is Verdict.OTHER:
             if first.kept is not None:  # the refusal stands whoever moved the row meanwhile

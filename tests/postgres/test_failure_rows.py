@@ -1,0 +1,178 @@
+"""The two rows that must never be merged: a failure before COMMIT (nothing committed: raise
+``WriteFailed``, retryable, no branch) versus a failure during COMMIT (unknown: re-read).
+
+Errors at COMMIT come from the real server: a deferred constraint trigger on the test's own
+schema raises the chosen SQLSTATE when COMMIT runs it (once, gated by a sequence, which a
+rollback does not rewind).
+"""
+
+from __future__ import annotations
+
+import pytest
+from psycopg import sql
+
+from ctrlrun.errors import DuplicateEffect, WriteFailed
+from ctrlrun.kernel.effect import EffectState
+from ctrlrun.kernel.event import EventDraft, EventType
+from ctrlrun.store.postgres.txn import PgTxn
+from ctrlrun.store.protocol import FinishRequest, StartRequest
+
+from .conftest import KEY
+from .test_lost_commit import in_thread
+
+pytestmark = pytest.mark.postgres
+
+
+def start(store, action_id="act_1", key=KEY):
+    return store.start_action(StartRequest(action_id=action_id, effect_key=key))
+
+
+def commit_fails_once(pg_schema, sqlstate: str) -> None:
+    """The next COMMIT that wrote an effect row fails with ``sqlstate``, raised by the server."""
+    schema = sql.Identifier(pg_schema.schema)
+    sequence = sql.SQL("{}.boom").format(schema).as_string(None)
+    body = (
+        f"BEGIN IF nextval('{sequence}') = 1 THEN RAISE EXCEPTION 'injected at COMMIT'"
+        f" USING ERRCODE = '{sqlstate}'; END IF; RETURN NULL; END"
+    )
+    with pg_schema.connect() as conn:
+        conn.execute(sql.SQL("CREATE SEQUENCE {}.boom").format(schema))
+        conn.execute(
+            sql.SQL("CREATE FUNCTION {}.boom() RETURNS trigger LANGUAGE plpgsql AS {}").format(
+                schema, sql.Literal(body)
+            )
+        )
+        conn.execute(
+            sql.SQL(
+                "CREATE CONSTRAINT TRIGGER boom AFTER INSERT OR UPDATE ON {}.effects"
+                " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION {}.boom()"
+            ).format(schema, schema)
+        )
+
+
+class TestAtCommit:
+    @pytest.mark.parametrize("sqlstate", ["40001", "40P01"])
+    def test_a_stated_abort_at_commit_is_a_failed_write(
+        self, direct, pg_schema, branches, sqlstate
+    ):
+        commit_fails_once(pg_schema, sqlstate)
+        with pytest.raises(WriteFailed) as caught:
+            start(direct)
+        assert caught.value.sqlstate == sqlstate and branches() == []
+        assert direct.get_effect(KEY) is None and direct.events() == ()
+        assert start(direct).reservation.attempt == 1  # retryable at once
+
+    def test_a_timeout_at_commit_is_unknown_and_re_read(self, direct, pg_schema, branches):
+        commit_fails_once(pg_schema, "57014")
+        started = start(direct)
+        assert branches() == [("A1_REINSERT", KEY)]  # the re-read found nothing: issued again
+        assert started.reservation.attempt == 1
+        assert direct.get_effect(KEY).state is EffectState.EXECUTING
+
+    def test_an_interrupt_after_the_commit_landed_still_interrupts(
+        self, direct, branches, monkeypatch
+    ):
+        original = PgTxn.commit
+
+        def answered_then_interrupted(self: PgTxn) -> str | None:
+            monkeypatch.setattr(PgTxn, "commit", original)
+            original(self)  # the real COMMIT ran and was answered ...
+            raise KeyboardInterrupt  # ... and the caller was interrupted before hearing it
+
+        monkeypatch.setattr(PgTxn, "commit", answered_then_interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            start(direct)
+        assert branches() == [("A1_OURS", KEY)]
+        assert direct.get_effect(KEY).state is EffectState.EXECUTING
+
+    def test_an_interrupt_before_the_commit_was_sent_issues_nothing_more(
+        self, direct, branches, monkeypatch
+    ):
+        def interrupted(self: PgTxn) -> str | None:
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(PgTxn, "commit", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            start(direct)
+        assert branches() == [("A1_REINSERT", KEY)]  # what the store saw, logged ...
+        monkeypatch.undo()
+        assert direct.get_effect(KEY) is None  # ... but nothing was issued again
+
+
+class TestBeforeCommit:
+    def test_a_statement_timeout_before_commit_is_a_failed_write(
+        self, open_store, pg_schema, branches
+    ):
+        store = open_store(pg_schema.server.url_for(options="-c statement_timeout=300"))
+        with pg_schema.connect() as blocker:  # holds the key's insert open: the store must wait
+            blocker.execute("BEGIN")
+            blocker.execute(
+                "INSERT INTO effects (effect_key, state, action_id, attempt, created_at,"
+                " updated_at, write_token) VALUES (%s, 'executing', 'act_0', 1, now(), now(), 'x')",
+                [KEY],
+            )
+            with pytest.raises(WriteFailed) as caught:
+                start(store)
+            blocker.execute("ROLLBACK")
+        assert caught.value.sqlstate == "57014" and branches() == []
+        assert start(store).reservation.attempt == 1
+
+    def test_a_constraint_violation_sent_with_the_commit_is_a_failed_write(self, direct, branches):
+        direct.record((), {"receipt_id": "rcp_1", "action_id": "a", "result": "denied"})
+        events = (EventDraft(EventType.ACTION_PROPOSED, "act_2"),)
+        with pytest.raises(WriteFailed) as caught:  # the receipt insert travels with COMMIT
+            direct.record(events, {"receipt_id": "rcp_1", "action_id": "b", "result": "denied"})
+        assert caught.value.sqlstate == "23505" and branches() == []
+        assert direct.events("act_2") == () and direct.chain_head().seq == 1
+        assert len(direct.receipts()) == 1
+
+    def test_a_connection_lost_before_commit_is_a_failed_write_and_is_replaced(
+        self, open_store, pg_proxy, pg_server, direct, branches
+    ):
+        store = open_store(pg_proxy.url_for(application_name="victim"))
+        pg_proxy.hold(lambda s: s.lstrip().startswith("INSERT") and ".effects" in s)
+        attempt = in_thread(lambda: start(store))
+        pg_proxy.wait_held(30)
+        with pg_server.connect() as conn:
+            killed = conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE application_name = 'victim' AND state = 'idle in transaction'"
+            ).fetchall()
+        assert killed == [(True,)]
+        pg_proxy.release()
+        with pytest.raises(WriteFailed):
+            attempt.result(30)
+        assert branches() == [] and direct.get_effect(KEY) is None
+        assert in_thread(lambda: start(store)).result(30).reservation.attempt == 1
+
+    def test_a_refused_connection_is_a_failed_write(self, open_store, pg_proxy, direct):
+        store = open_store(pg_proxy.url)
+        pg_proxy.refuse_connections(True)
+        with pytest.raises(WriteFailed):
+            in_thread(lambda: start(store)).result(30)  # a new thread needs a new connection
+        pg_proxy.refuse_connections(False)
+        assert direct.get_effect(KEY) is None
+
+    def test_a_refusal_writes_nothing(self, direct):
+        start(direct)
+        before = direct.write_transactions
+        with pytest.raises(DuplicateEffect):
+            start(direct, "act_2")
+        assert direct.write_transactions == before and len(direct.events()) == 2
+
+
+def test_an_error_text_postgres_cannot_hold_is_still_recorded(direct):
+    """Postgres text cannot hold NUL; an outcome must never fail to be recorded over it."""
+    start(direct)
+    direct.finish_action(
+        FinishRequest(
+            action_id="act_1",
+            receipt={"receipt_id": "r", "action_id": "act_1", "result": "ambiguous"},
+            effect_key=KEY,
+            attempt=1,
+            outcome=EffectState.AMBIGUOUS,
+            error="ValueError: bad\x00byte",
+        )
+    )
+    record = direct.get_effect(KEY)
+    assert record.state is EffectState.AMBIGUOUS and record.error == "ValueError: bad\\x00byte"

@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 
 from ctrlrun.postgres import PostgresStateStore
+from support.pg import PgServer
 from support.pg_fixtures import PgSchema
+from support.pgbouncer import PgBouncer, start_pgbouncer
 from support.pgproxy import PgProxy
 
 KEY = "refund:pay_1"
@@ -42,6 +44,20 @@ def proxied(open_store: Callable[..., PostgresStateStore], pg_proxy: PgProxy) ->
     """The store under test, connected through the fault proxy (opened and migrated already,
     so a fault armed afterwards hits the test's own write)."""
     return open_store(pg_proxy.url)
+
+
+@pytest.fixture(scope="session")
+def small_pgbouncer(pg_server: PgServer) -> Iterator[PgBouncer]:
+    """pgbouncer in transaction mode with two server connections: clients must share them
+    between transactions, so anything session-scoped would leak or break. Fails, never skips."""
+    try:
+        bouncer = start_pgbouncer(pg_server, "transaction", pool_size=2)
+    except Exception as exc:
+        pytest.fail(f"pgbouncer could not be started (tests never skip): {exc}", pytrace=False)
+    try:
+        yield bouncer
+    finally:
+        bouncer.stop()
 
 
 @pytest.fixture

@@ -20,7 +20,9 @@ from ctrlrun._version import __version__
 from ctrlrun.canonical import canonical_bytes
 from ctrlrun.errors import (
     ActionDenied,
+    AmbiguityReason,
     AmbiguousEffect,
+    AmbiguousWrite,
     ApprovalMismatch,
     ApprovalRequired,
     CtrlrunError,
@@ -36,6 +38,7 @@ from ctrlrun.errors import (
     Refused,
     SchemaMismatch,
     StoreError,
+    WriteFailed,
 )
 from ctrlrun.kernel.action import Action, Principal
 from ctrlrun.kernel.approval import ApprovalRecord, ApprovalStatus
@@ -53,7 +56,9 @@ from ctrlrun.store.sqlite import SQLiteStateStore
 __all__ = [
     "Action",
     "ActionDenied",
+    "AmbiguityReason",
     "AmbiguousEffect",
+    "AmbiguousWrite",
     "ApprovalMismatch",
     "ApprovalRecord",
     "ApprovalRequired",
@@ -87,6 +92,7 @@ __all__ = [
     "Sink",
     "StateStore",
     "StoreError",
+    "WriteFailed",
     "__version__",
     "canonical_bytes",
     "context",

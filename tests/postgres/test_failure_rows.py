@@ -8,6 +8,7 @@ rollback does not rewind).
 
 from __future__ import annotations
 
+import psycopg
 import pytest
 from psycopg import sql
 
@@ -17,8 +18,7 @@ from ctrlrun.kernel.event import EventDraft, EventType
 from ctrlrun.store.postgres.txn import PgTxn
 from ctrlrun.store.protocol import FinishRequest, StartRequest
 
-from .conftest import KEY
-from .test_lost_commit import in_thread
+from .conftest import KEY, in_thread, wait_for_lock_waiter
 
 pytestmark = pytest.mark.postgres
 
@@ -97,6 +97,63 @@ class TestAtCommit:
         assert branches() == [("A1_REINSERT", KEY)]  # what the store saw, logged ...
         monkeypatch.undo()
         assert direct.get_effect(KEY) is None  # ... but nothing was issued again
+
+
+def commit_waits_once(pg_schema, lock: int) -> None:
+    """The next COMMIT that wrote an effect row waits, inside the server, for advisory lock
+    ``lock`` (the test's, not the store's): a COMMIT still in flight while the store re-reads."""
+    schema = sql.Identifier(pg_schema.schema)
+    sequence = sql.SQL("{}.waits").format(schema).as_string(None)
+    body = (
+        f"BEGIN IF nextval('{sequence}') = 1 THEN PERFORM pg_advisory_xact_lock({lock});"
+        " END IF; RETURN NULL; END"
+    )
+    with pg_schema.connect() as conn:
+        conn.execute(sql.SQL("CREATE SEQUENCE {}.waits").format(schema))
+        conn.execute(
+            sql.SQL("CREATE FUNCTION {}.waits() RETURNS trigger LANGUAGE plpgsql AS {}").format(
+                schema, sql.Literal(body)
+            )
+        )
+        conn.execute(
+            sql.SQL(
+                "CREATE CONSTRAINT TRIGGER waits AFTER INSERT ON {}.effects"
+                " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION {}.waits()"
+            ).format(schema, schema)
+        )
+
+
+class TestInFlight:
+    def test_a_commit_still_in_flight_during_the_re_read_is_ours_on_a_second_look(
+        self, direct, pg_schema, branches, monkeypatch
+    ):
+        """The COMMIT reached the server, which is still running it, when the connection is
+        lost: the re-read sees nothing, the re-issue waits on the in-flight row and is refused
+        when it lands, and a second look (no write) finds our row. One reservation, ours."""
+        commit_waits_once(pg_schema, 4242)
+        original = PgTxn.commit
+
+        def sent_then_lost(self: PgTxn) -> str | None:
+            monkeypatch.setattr(PgTxn, "commit", original)
+            pgconn = self._conn.pgconn
+            pgconn.send_query("; ".join([*self._pending, "COMMIT"]).encode())
+            while pgconn.flush():
+                pass
+            pgconn.finish()  # the socket closes before the command tag can arrive
+            raise psycopg.OperationalError("connection lost after COMMIT was sent")
+
+        monkeypatch.setattr(PgTxn, "commit", sent_then_lost)
+        with pg_schema.connect() as holder:
+            holder.execute("SELECT pg_advisory_lock(4242)")
+            attempt = in_thread(lambda: start(direct))
+            wait_for_lock_waiter(pg_schema.server, "%.effects%ON CONFLICT%")  # the re-issue
+            holder.execute("SELECT pg_advisory_unlock(4242)")
+        started = attempt.result(30)
+        assert branches() == [("A1_REINSERT", KEY), ("A1_OURS", KEY)]
+        assert started.reservation.attempt == 1
+        record = direct.get_effect(KEY)
+        assert (record.state, record.action_id) == (EffectState.EXECUTING, "act_1")
+        assert [e.type for e in direct.events()].count(EventType.EFFECT_RESERVED) == 1
 
 
 class TestBeforeCommit:

@@ -9,7 +9,6 @@ or by holding the store's re-read statement; nothing sleeps to hit a race.
 from __future__ import annotations
 
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
@@ -32,7 +31,7 @@ from ctrlrun.store.protocol import FinishRequest, StartRequest
 from support.clocks import FakeClock
 from support.policies import POLICY
 
-from .conftest import KEY
+from .conftest import KEY, in_thread
 
 pytestmark = pytest.mark.postgres
 
@@ -70,13 +69,6 @@ def raw_row(pg_schema, key=KEY) -> dict[str, Any] | None:
 def is_effect_reread(sql: str) -> bool:
     """The store's re-read of an effect row (and nothing its write transactions send)."""
     return ".effects WHERE effect_key" in sql and sql.lstrip().upper().startswith("SELECT")
-
-
-def in_thread(fn):
-    pool = ThreadPoolExecutor(1)
-    future = pool.submit(fn)
-    pool.shutdown(wait=False)
-    return future
 
 
 def types(store, action_id=None):

@@ -7,7 +7,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -18,6 +17,8 @@ from ctrlrun.postgres import PostgresStateStore
 from ctrlrun.store import open_store
 from ctrlrun.store.queries import migration_files
 from support.pg import unique_name
+
+from .conftest import wait_for_lock_waiter
 
 pytestmark = pytest.mark.postgres
 
@@ -216,22 +217,6 @@ class TestMigrations:
         assert applied(pg_schema) == list(KNOWN)
         raced = [r.migration_race for r in caplog.records if hasattr(r, "migration_race")]
         assert raced == [sqlstate]
-
-
-def wait_for_lock_waiter(server, pattern: str, timeout: float = 30.0) -> None:
-    """Block until some backend running ``pattern`` waits on a lock (bounded poll of a state,
-    not a sleep to hit a race)."""
-    deadline = time.monotonic() + timeout
-    with server.connect() as conn:
-        while time.monotonic() < deadline:
-            found = conn.execute(
-                "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
-                [pattern],
-            ).fetchone()
-            if found:
-                return
-            time.sleep(0.01)
-    raise TimeoutError(f"no backend running {pattern!r} waited on a lock")
 
 
 class TestOpenExisting:

@@ -11,8 +11,10 @@ The rows (seed 000), which must never be merged:
   (``57014`` included), the socket closed before the command tag, ``BaseException`` too: the
   outcome is unknown. Re-read on a fresh connection and let the witness decide (``recover``):
   landed → the transaction's own result; not landed → issue the same transaction once more (a
-  second unknown raises ``AmbiguousWrite``); anything else → the planner's refusal. A re-read
-  that fails raises ``AmbiguousWrite(reread_failed)`` and writes nothing.
+  second unknown raises ``AmbiguousWrite``; a re-issue refused by what it met gets one more
+  look, writing nothing, in case the first COMMIT was still in flight); anything else → the
+  planner's refusal. A re-read that fails raises ``AmbiguousWrite(reread_failed)`` and writes
+  nothing.
 
 A refusal raised as ``KeptRefusal`` commits what the transaction wrote, then raises the refusal
 (the expired lease written AMBIGUOUS, the expired approval written EXPIRED).
@@ -30,7 +32,7 @@ import psycopg
 from psycopg import pq
 
 from ctrlrun._time import Clock
-from ctrlrun.errors import AmbiguityReason, AmbiguousWrite, StoreError, WriteFailed
+from ctrlrun.errors import AmbiguityReason, AmbiguousWrite, Refused, StoreError, WriteFailed
 from ctrlrun.store.ops import KeptRefusal
 from ctrlrun.store.postgres.connections import Connection, Connections
 from ctrlrun.store.postgres.recover import Recovery
@@ -116,7 +118,10 @@ class Engine:
                 raise first.kept.refusal from first.cause
             assert refusal is not None
             raise refusal from first.cause
-        second = self._attempt(work, operation)
+        try:
+            second = self._attempt(work, operation)
+        except Refused as refused:
+            return self._second_look(first, operation, refused)
         if second.unknown:
             raise AmbiguousWrite(
                 f"{self.where}: {operation}: the COMMIT went unanswered twice; the outcome is"
@@ -126,6 +131,19 @@ class Engine:
                 effect_key=evidence.effect_key if evidence else None,
             ) from second.cause
         return second.outcome()
+
+    def _second_look(self, first: Attempt[T], operation: str, refused: Refused) -> T:
+        """The re-issue was refused by what it met. The first COMMIT may have been still in
+        flight when the re-read ran (the re-issue then waited on its row): look once more,
+        writing nothing; if the first landed after all, it is ours. Otherwise the refusal
+        stands."""
+        try:
+            verdict, _ = self._verdict(first, operation)
+        except AmbiguousWrite:
+            raise refused from None
+        if verdict is Verdict.LANDED:
+            return first.outcome()
+        raise refused from None
 
     def _attempt(self, work: Callable[[PgTxn], T], operation: str) -> Attempt[T]:
         conn = self._connection(operation)

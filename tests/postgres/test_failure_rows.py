@@ -27,27 +27,32 @@ def start(store, action_id="act_1", key=KEY):
     return store.start_action(StartRequest(action_id=action_id, effect_key=key))
 
 
-def commit_fails_once(pg_schema, sqlstate: str) -> None:
-    """The next COMMIT that wrote an effect row fails with ``sqlstate``, raised by the server."""
+def at_first_commit(pg_schema, name: str, statement: str) -> None:
+    """A deferred constraint trigger on the store's effects: the first COMMIT that wrote an
+    effect row runs ``statement`` inside the server (gated by a sequence, which a rollback does
+    not rewind), and later ones run nothing."""
     schema = sql.Identifier(pg_schema.schema)
-    sequence = sql.SQL("{}.boom").format(schema).as_string(None)
-    body = (
-        f"BEGIN IF nextval('{sequence}') = 1 THEN RAISE EXCEPTION 'injected at COMMIT'"
-        f" USING ERRCODE = '{sqlstate}'; END IF; RETURN NULL; END"
-    )
+    sequence = sql.SQL("{}.{}").format(schema, sql.Identifier(name)).as_string(None)
+    body = f"BEGIN IF nextval('{sequence}') = 1 THEN {statement}; END IF; RETURN NULL; END"
     with pg_schema.connect() as conn:
-        conn.execute(sql.SQL("CREATE SEQUENCE {}.boom").format(schema))
+        conn.execute(sql.SQL("CREATE SEQUENCE {}").format(sql.SQL(sequence)))
         conn.execute(
-            sql.SQL("CREATE FUNCTION {}.boom() RETURNS trigger LANGUAGE plpgsql AS {}").format(
-                schema, sql.Literal(body)
+            sql.SQL("CREATE FUNCTION {}() RETURNS trigger LANGUAGE plpgsql AS {}").format(
+                sql.SQL(sequence), sql.Literal(body)
             )
         )
         conn.execute(
             sql.SQL(
-                "CREATE CONSTRAINT TRIGGER boom AFTER INSERT OR UPDATE ON {}.effects"
-                " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION {}.boom()"
-            ).format(schema, schema)
+                "CREATE CONSTRAINT TRIGGER {} AFTER INSERT OR UPDATE ON {}.effects"
+                " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION {}()"
+            ).format(sql.Identifier(name), schema, sql.SQL(sequence))
         )
+
+
+def commit_fails_once(pg_schema, sqlstate: str) -> None:
+    """The next COMMIT that wrote an effect row fails with ``sqlstate``, raised by the server."""
+    raised = f"RAISE EXCEPTION 'injected at COMMIT' USING ERRCODE = '{sqlstate}'"
+    at_first_commit(pg_schema, "boom", raised)
 
 
 class TestAtCommit:
@@ -102,25 +107,7 @@ class TestAtCommit:
 def commit_waits_once(pg_schema, lock: int) -> None:
     """The next COMMIT that wrote an effect row waits, inside the server, for advisory lock
     ``lock`` (the test's, not the store's): a COMMIT still in flight while the store re-reads."""
-    schema = sql.Identifier(pg_schema.schema)
-    sequence = sql.SQL("{}.waits").format(schema).as_string(None)
-    body = (
-        f"BEGIN IF nextval('{sequence}') = 1 THEN PERFORM pg_advisory_xact_lock({lock});"
-        " END IF; RETURN NULL; END"
-    )
-    with pg_schema.connect() as conn:
-        conn.execute(sql.SQL("CREATE SEQUENCE {}.waits").format(schema))
-        conn.execute(
-            sql.SQL("CREATE FUNCTION {}.waits() RETURNS trigger LANGUAGE plpgsql AS {}").format(
-                schema, sql.Literal(body)
-            )
-        )
-        conn.execute(
-            sql.SQL(
-                "CREATE CONSTRAINT TRIGGER waits AFTER INSERT ON {}.effects"
-                " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION {}.waits()"
-            ).format(schema, schema)
-        )
+    at_first_commit(pg_schema, "waits", f"PERFORM pg_advisory_xact_lock({lock})")
 
 
 class TestInFlight:

@@ -371,3 +371,27 @@ class TestOtherWrites:
             proxied.record((EventDraft(EventType.ACTION_PROPOSED, "act_1"),))
         assert caught.value.reason is AmbiguityReason.NO_WITNESS
         assert branches() == []
+
+
+def test_a_protected_call_costs_two_transactions_and_seven_round_trips(direct, monkeypatch):
+    """Three round trips to reserve (BEGIN with the clock; the insert; the events with the
+    COMMIT) and four to record (BEGIN; the update; the events with the head lock; the receipt
+    and the head with the COMMIT). More is a performance regression."""
+    import psycopg
+
+    control = Control(Policy.from_yaml(POLICY), direct)
+    action = Action("stripe.refund", {"payment_id": "pay_9", "amount": 1}, Principal("b"))
+    control.execute(action, lambda **_: None)  # warm: connected, nothing lazy left
+    sent: list[str] = []
+    original = psycopg.Cursor.execute
+
+    def counted(self, query, params=None, **kwargs):
+        sent.append(str(query)[:40])
+        return original(self, query, params, **kwargs)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+    before = direct.write_transactions
+    action = Action("stripe.refund", {"payment_id": "pay_1", "amount": 1}, Principal("b"))
+    control.execute(action, lambda **_: None)
+    assert direct.write_transactions - before == 2
+    assert len(sent) == 7, sent

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 import textwrap
@@ -325,3 +326,25 @@ def test_the_driver_is_loaded_only_by_a_store_and_its_absence_names_the_extra():
     ).stdout.strip()
     assert out == "psycopg postgres psycopg is not installed: pip install 'ctrlrun[postgres]'"
     assert issubclass(MissingDependency, ImportError)
+
+
+def test_a_forked_child_connects_anew_and_never_closes_the_parents_session(direct):
+    from ctrlrun.store.protocol import StartRequest
+
+    direct.start_action(StartRequest(action_id="act_parent", effect_key="k_parent"))
+    parent_pid = direct._engine.connections.current().info.backend_pid
+    pid = os.fork()
+    if pid == 0:  # the child: its own connection; closing the store must not touch the parent's
+        code = 1
+        try:
+            direct.start_action(StartRequest(action_id="act_child", effect_key="k_child"))
+            mine = direct._engine.connections.current().info.backend_pid
+            direct.close()
+            code = 0 if mine != parent_pid else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert direct._engine.connections.current().info.backend_pid == parent_pid  # still alive
+    assert direct.get_effect("k_child").action_id == "act_child"
+    direct.start_action(StartRequest(action_id="act_parent2", effect_key="k_parent2"))

@@ -2,13 +2,12 @@
 through pgbouncer in transaction mode with a two-connection pool); a child killed with
 ``kill -9`` inside an open write transaction changes nothing.
 
-Each child proves it imported the tree under test; executions are counted with exclusive-create
-marker files, so a second execution anywhere fails loudly.
+The racers are ``support.race`` (shared with the SQLite race): each proves it imported the tree
+under test, and executions are counted with exclusive-create marker files.
 """
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import signal
 import time
@@ -22,79 +21,25 @@ import ctrlrun
 from ctrlrun.kernel.effect import EffectState
 from ctrlrun.postgres import PostgresStateStore
 from ctrlrun.store.protocol import StartRequest
+from support.policies import POLICY
+from support.race import preloaded_processes, race
 
 from .conftest import KEY
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
-POLICY = """\
-schema: ctrlrun.policy/v1
-actions:
-  stripe.refund:
-    effect: "refund:{payment_id}"
-    decision: allow
-"""
-SOURCE = str(Path(ctrlrun.__file__).resolve().parent)
+KEY_RACED = "refund:pay_race"
 
 
-def contend(url: str, schema: str, calls: str, barrier: Any, results: Any) -> None:
-    import ctrlrun
-    from ctrlrun.postgres import PostgresStateStore
-
-    assert str(Path(ctrlrun.__file__).resolve().parent) == SOURCE  # the tree under test
-    store = PostgresStateStore(url, schema=schema)
-    control = ctrlrun.Control(ctrlrun.Policy.from_yaml(POLICY), store)
-
-    @ctrlrun.protect("stripe.refund", control=control)
-    def refund(payment_id: str, amount: int) -> str:
-        fd = os.open(os.path.join(calls, "executed"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        os.write(fd, str(os.getpid()).encode())
-        os.close(fd)
-        return "refunded"
-
-    barrier.wait(timeout=60)
-    with ctrlrun.context(agent=f"agent-{os.getpid()}"):
-        try:
-            results.put((os.getpid(), refund("pay_1", 5000)))
-        except ctrlrun.DuplicateEffect as exc:
-            results.put((os.getpid(), f"duplicate:{exc.state}"))
-        except BaseException as exc:  # anything else is a finding, reported to the parent
-            results.put((os.getpid(), f"error:{type(exc).__name__}:{exc}"))
-
-
-def processes() -> Any:
-    """Fresh OS processes forked from a clean single-threaded server that already imported
-    ctrlrun and psycopg, so eight of them do not spend the test importing on two cores."""
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["ctrlrun", "ctrlrun.postgres", "ctrlrun.store.postgres.atopen"])
-    return ctx
-
-
-def race(url: str, pg_schema: Any, tmp_path: Path) -> list[str]:
+def race_on(url: str, pg_schema: Any, tmp_path: Path) -> None:
     PostgresStateStore(pg_schema.url, schema=pg_schema.schema).close()  # migrate once
-    calls = tmp_path / "calls"
+    policy, calls = tmp_path / "ctrlrun.yaml", tmp_path / "calls"
+    policy.write_text(POLICY)
     calls.mkdir()
-    ctx = processes()
-    barrier, results = ctx.Barrier(8), ctx.Queue()
-    args = (url, pg_schema.schema, str(calls), barrier, results)
-    workers = [ctx.Process(target=contend, args=args) for _ in range(8)]
-    for worker in workers:
-        worker.start()
-    outcomes = [results.get(timeout=90) for _ in workers]
-    for worker in workers:
-        worker.join(timeout=30)
-    assert all(worker.exitcode == 0 for worker in workers)
-    assert len({pid for pid, _ in outcomes}) == 8
-    assert os.listdir(calls) == ["executed"]
-    return sorted(answer for _, answer in outcomes)
-
-
-def check_one_winner(answers: list[str], pg_schema: Any) -> None:
-    assert answers.count("refunded") == 1, answers
-    losers = [a for a in answers if a != "refunded"]
-    assert set(losers) <= {"duplicate:in_progress", "duplicate:committed"}, answers
+    separator = "&" if "?" in url else "?"
+    race(preloaded_processes(), f"{url}{separator}ctrlrun_schema={pg_schema.schema}", policy, calls)
     store = PostgresStateStore(pg_schema.url, schema=pg_schema.schema)
-    assert store.get_effect(KEY).state is EffectState.COMMITTED
+    assert store.get_effect(KEY_RACED).state is EffectState.COMMITTED
     results = [r.document["result"] for r in store.receipts()]
     assert results.count("committed") == 1 and results.count("blocked") == 7
     assert store.verify_chain().ok
@@ -103,12 +48,12 @@ def check_one_winner(answers: list[str], pg_schema: Any) -> None:
 
 @pytest.mark.timeout(180)
 def test_eight_processes_one_execution(pg_schema, tmp_path):
-    check_one_winner(race(pg_schema.url, pg_schema, tmp_path), pg_schema)
+    race_on(pg_schema.url, pg_schema, tmp_path)
 
 
 @pytest.mark.timeout(180)
 def test_eight_processes_one_execution_through_pgbouncer(pg_schema, small_pgbouncer, tmp_path):
-    check_one_winner(race(small_pgbouncer.url, pg_schema, tmp_path), pg_schema)
+    race_on(small_pgbouncer.url, pg_schema, tmp_path)
 
 
 def hold_open_write(url: str, schema: str, ready: str) -> None:
@@ -158,7 +103,7 @@ def probe_update(pg_schema: Any) -> None:
 def test_kill_9_inside_an_open_write_transaction_changes_nothing(pg_schema, tmp_path):
     PostgresStateStore(pg_schema.url, schema=pg_schema.schema).close()
     ready = tmp_path / "ready"
-    child = processes().Process(
+    child = preloaded_processes().Process(
         target=hold_open_write, args=(pg_schema.url, pg_schema.schema, str(ready))
     )
     child.start()

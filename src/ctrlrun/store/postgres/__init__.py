@@ -1,7 +1,8 @@
 """The Postgres state store, in small parts. The public entry is ``ctrlrun.postgres``.
 
-``names`` and ``store`` import no driver; every module that needs psycopg is imported only once
-a store is constructed, so ``import ctrlrun`` (and ``import ctrlrun.postgres``) never loads it.
+``names``, ``skew``, ``witness`` and ``store`` import no driver; every module that needs
+psycopg is imported only once a store is constructed, so ``import ctrlrun`` (and
+``import ctrlrun.postgres``) never loads it.
 
 * ``names``: the schema name check and the driver loader (``MissingDependency``).
 * ``sqltext``: the named queries and migrations, composed with the schema identifier.

@@ -23,13 +23,11 @@ from ctrlrun.errors import AmbiguousEffect, StoreError
 from ctrlrun.kernel.approval import (
     ApprovalRecord,
     ApprovalRequestDraft,
-    ApprovalStatus,
     check_person,
 )
 from ctrlrun.kernel.effect import EffectRecord, EffectState
-from ctrlrun.kernel.event import Event, EventDraft
-from ctrlrun.kernel.receipt import ChainHead, ChainReport, Receipt, verify_chain
-from ctrlrun.store import codec
+from ctrlrun.kernel.event import EventDraft
+from ctrlrun.kernel.receipt import Receipt
 from ctrlrun.store.ops import KeptRefusal, Txn
 from ctrlrun.store.ops.actions import finish_action_in_txn, record_in_txn, start_action_in_txn
 from ctrlrun.store.ops.approvals import answer_approval_in_txn, put_approval_request_in_txn
@@ -37,6 +35,7 @@ from ctrlrun.store.ops.effects import begin_execution_in_txn, resolve_effect_in_
 from ctrlrun.store.postgres.names import check_schema_name, load_driver
 from ctrlrun.store.postgres.skew import DEFAULT_THRESHOLD, ClockSkew, SkewSchedule, measure
 from ctrlrun.store.protocol import FinishRequest, Started, StartRequest
+from ctrlrun.store.reads import StoreReads
 
 if TYPE_CHECKING:
     from ctrlrun.store.postgres.engine import Engine
@@ -51,7 +50,7 @@ def _utc(value: Any) -> datetime:
     return value.astimezone(UTC)
 
 
-class PostgresStateStore:
+class PostgresStateStore(StoreReads):
     """``StateStore`` on one schema of a Postgres database (see the module docstring).
 
     ``url`` goes to ``psycopg.connect`` unchanged. ``schema`` must be a plain identifier and
@@ -109,6 +108,13 @@ class PostgresStateStore:
             raise StoreError(f"could not create schema {name!r}: {exc}") from exc
 
     # --- the protocol's plumbing ---------------------------------------------------------
+
+    def _rows(self, query: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+        return self._engine.rows(query, dict(params or {}))
+
+    @staticmethod
+    def _read_ts(value: Any) -> datetime:
+        return _utc(value)
 
     @property
     def write_transactions(self) -> int:
@@ -193,20 +199,6 @@ class PostgresStateStore:
             operation="resolve_effect",
         )
 
-    def get_effect(self, effect_key: str) -> EffectRecord | None:
-        """See ``StateStore.get_effect``."""
-        rows = self._engine.rows("effect_get", {"effect_key": effect_key})
-        return codec.effect_from_row(rows[0], _utc) if rows else None
-
-    def list_effects(self, state: EffectState | None = None) -> tuple[EffectRecord, ...]:
-        """See ``StateStore.list_effects``."""
-        rows = (
-            self._engine.rows("effect_list")
-            if state is None
-            else self._engine.rows("effect_list_by_state", {"state": str(EffectState(state))})
-        )
-        return tuple(codec.effect_from_row(row, _utc) for row in rows)
-
     # --- approvals -----------------------------------------------------------------------
 
     def put_approval_request(
@@ -236,51 +228,6 @@ class PostgresStateStore:
             ),
             operation="grant_approval" if grant else "deny_approval",
         )
-
-    def get_approval(self, approval_id: str) -> ApprovalRecord | None:
-        """See ``StateStore.get_approval``."""
-        rows = self._engine.rows("approval_get", {"approval_id": approval_id})
-        return codec.approval_from_row(rows[0], _utc) if rows else None
-
-    def list_approvals(self, status: ApprovalStatus | None = None) -> tuple[ApprovalRecord, ...]:
-        """See ``StateStore.list_approvals``."""
-        rows = (
-            self._engine.rows("approval_list")
-            if status is None
-            else self._engine.rows(
-                "approval_list_by_status", {"status": str(ApprovalStatus(status))}
-            )
-        )
-        return tuple(codec.approval_from_row(row, _utc) for row in rows)
-
-    # --- evidence ------------------------------------------------------------------------
-
-    def events(self, action_id: str | None = None) -> tuple[Event, ...]:
-        """See ``StateStore.events``."""
-        rows = (
-            self._engine.rows("event_list")
-            if action_id is None
-            else self._engine.rows("event_list_by_action", {"action_id": action_id})
-        )
-        return tuple(codec.event_from_row(row, _utc) for row in rows)
-
-    def receipts(self, action_id: str | None = None) -> tuple[Receipt, ...]:
-        """See ``StateStore.receipts``."""
-        rows = (
-            self._engine.rows("receipt_list")
-            if action_id is None
-            else self._engine.rows("receipt_list_by_action", {"action_id": action_id})
-        )
-        return tuple(codec.receipt_from_row(row) for row in rows)
-
-    def chain_head(self) -> ChainHead | None:
-        """See ``StateStore.chain_head``."""
-        rows = self._engine.rows("chain_head_get")
-        return ChainHead(int(rows[0]["seq"]), rows[0]["hash"]) if rows else None
-
-    def verify_chain(self) -> ChainReport:
-        """See ``StateStore.verify_chain``."""
-        return verify_chain(self.receipts(), self.chain_head())
 
     # --- clock skew ----------------------------------------------------------------------
 

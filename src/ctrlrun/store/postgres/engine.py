@@ -22,6 +22,7 @@ A refusal raised as ``KeptRefusal`` commits what the transaction wrote, then rai
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,7 +33,13 @@ import psycopg
 from psycopg import pq
 
 from ctrlrun._time import Clock
-from ctrlrun.errors import AmbiguityReason, AmbiguousWrite, Refused, StoreError, WriteFailed
+from ctrlrun.errors import (
+    AmbiguityReason,
+    AmbiguousWrite,
+    CtrlrunError,
+    StoreError,
+    WriteFailed,
+)
 from ctrlrun.store.ops import KeptRefusal
 from ctrlrun.store.postgres.connections import Connection, Connections
 from ctrlrun.store.postgres.recover import Recovery
@@ -80,6 +87,7 @@ class Engine:
         self.clock = clock
         self.where = where
         self.committed = 0
+        self._commits = itertools.count(1)
         self._recovery = Recovery(connections, queries, clock=clock)
 
     # --- writes --------------------------------------------------------------------------
@@ -105,7 +113,7 @@ class Engine:
             first.txn.witness.evidence(), operation, first.cause
         )
         if verdict is Verdict.LANDED:
-            self.committed += 1
+            self.committed = next(self._commits)
         return verdict, refusal
 
     def _settle(self, work: Callable[[PgTxn], T], operation: str, first: Attempt[T]) -> T:
@@ -120,7 +128,7 @@ class Engine:
             raise refusal from first.cause
         try:
             second = self._attempt(work, operation)
-        except Refused as refused:
+        except CtrlrunError as refused:  # a refusal, or a failed re-issue: nothing committed
             return self._second_look(first, operation, refused)
         if second.unknown:
             raise AmbiguousWrite(
@@ -132,11 +140,11 @@ class Engine:
             ) from second.cause
         return second.outcome()
 
-    def _second_look(self, first: Attempt[T], operation: str, refused: Refused) -> T:
-        """The re-issue was refused by what it met. The first COMMIT may have been still in
-        flight when the re-read ran (the re-issue then waited on its row): look once more,
-        writing nothing; if the first landed after all, it is ours. Otherwise the refusal
-        stands."""
+    def _second_look(self, first: Attempt[T], operation: str, refused: CtrlrunError) -> T:
+        """The re-issue did not commit: refused by what it met, or failed. The first COMMIT may
+        have been still in flight when the re-read ran (the re-issue then waited on its row):
+        look once more, writing nothing; if the first landed after all, it is ours. Otherwise
+        the re-issue's exception stands."""
         try:
             verdict, _ = self._verdict(first, operation)
         except AmbiguousWrite:
@@ -185,7 +193,7 @@ class Engine:
                 f"{self.where}: {operation}: the server rolled the transaction back ({tag})",
                 operation=operation,
             )
-        self.committed += 1
+        self.committed = next(self._commits)  # next() is atomic; += across threads is not
         return Attempt(txn, result, kept)
 
     def _connection(self, operation: str) -> Connection:
@@ -206,10 +214,14 @@ class Engine:
         return txn
 
     def _rollback(self, conn: Connection) -> None:
-        """End a failed transaction; a connection that cannot is discarded, never reused."""
+        """End a failed transaction. A connection that cannot roll back is discarded, never
+        reused, and the error is not raised: the exception that failed the transaction is the
+        one to report, and a server whose client went away aborts the transaction itself."""
         try:
             if not conn.broken and conn.info.transaction_status != pq.TransactionStatus.IDLE:
                 conn.execute("ROLLBACK")
+        except psycopg.Error:
+            self.connections.discard(conn)
         except BaseException:
             self.connections.discard(conn)
             raise

@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from ctrlrun._time import Clock, check_positive, utc_now
-from ctrlrun.errors import AmbiguousEffect, StoreError
+from ctrlrun.errors import AmbiguousEffect, CtrlrunError, StoreError
 from ctrlrun.kernel.approval import (
     ApprovalRecord,
     ApprovalRequestDraft,
@@ -131,8 +131,9 @@ class PostgresStateStore(StoreReads):
 
         ``KeptRefusal`` commits and raises its refusal; any other exception rolls back. Driver
         errors before the COMMIT took effect raise ``WriteFailed``. A COMMIT that went
-        unanswered is settled by re-reading only for the rows the transaction wrote that a
-        re-read can recognise (effects, approvals, receipts); otherwise ``AmbiguousWrite``.
+        unanswered is settled by re-reading a row the transaction wrote that a re-read can
+        recognise (an effect, an approval, a receipt): landed → ``work``'s result; not landed →
+        ``work`` runs once more in a new transaction; otherwise ``AmbiguousWrite``.
         """
         return self._engine.write(work, operation="transact")
 
@@ -261,5 +262,5 @@ class PostgresStateStore(StoreReads):
                     self._engine.write(
                         lambda txn: record_in_txn(txn, (event,), None), operation="clock_skew"
                     )
-        except StoreError as exc:
+        except CtrlrunError as exc:  # an observation: it never changes what the caller gets
             log.warning("ctrlrun.postgres: measuring clock skew failed: %s", exc)

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from ctrlrun.errors import DuplicateEffect, WriteFailed
+from ctrlrun.errors import DuplicateEffect, StoreError, WriteFailed
 from ctrlrun.kernel.effect import EffectState
 from ctrlrun.kernel.event import EventDraft, EventType
 from ctrlrun.store.postgres.txn import PgTxn
@@ -110,6 +110,19 @@ def commit_waits_once(pg_schema, lock: int) -> None:
     at_first_commit(pg_schema, "waits", f"PERFORM pg_advisory_xact_lock({lock})")
 
 
+class TestReissue:
+    def test_a_re_issue_that_fails_leaves_its_failure_standing(
+        self, proxied, pg_proxy, pg_schema, branches
+    ):
+        commit_fails_once(pg_schema, "40001")  # the swallowed COMMIT never ran the trigger
+        pg_proxy.cut_before_commit()
+        with pytest.raises(WriteFailed) as caught:
+            start(proxied)
+        assert caught.value.sqlstate == "40001"
+        assert branches() == [("A1_REINSERT", KEY), ("A1_REINSERT", KEY)]  # looked twice
+        assert proxied.get_effect(KEY) is None
+
+
 class TestInFlight:
     def test_a_commit_still_in_flight_during_the_re_read_is_ours_on_a_second_look(
         self, direct, pg_schema, branches, monkeypatch
@@ -189,6 +202,23 @@ class TestBeforeCommit:
         assert branches() == [] and direct.get_effect(KEY) is None
         assert in_thread(lambda: start(store)).result(30).reservation.attempt == 1
 
+    def test_a_connection_the_server_dropped_fails_one_write_and_is_replaced(
+        self, open_store, pg_schema, branches
+    ):
+        """The store never retries behind the caller's back: the write that meets the dead
+        connection fails (nothing committed); the next one connects again."""
+        store = open_store(pg_schema.server.url_for(application_name="dropped"))
+        assert store.list_effects() == ()
+        terminate_idle(pg_schema.server, "dropped")
+        with pytest.raises(WriteFailed):
+            start(store)
+        assert branches() == [] and start(store).reservation.attempt == 1
+        terminate_idle(pg_schema.server, "dropped")
+        with pytest.raises(StoreError) as caught:  # a read on it fails the same way
+            store.get_effect(KEY)
+        assert not isinstance(caught.value, WriteFailed)
+        assert store.get_effect(KEY).state is EffectState.EXECUTING
+
     def test_a_refused_connection_is_a_failed_write(self, open_store, pg_proxy, direct):
         store = open_store(pg_proxy.url)
         pg_proxy.refuse_connections(True)
@@ -203,6 +233,16 @@ class TestBeforeCommit:
         with pytest.raises(DuplicateEffect):
             start(direct, "act_2")
         assert direct.write_transactions == before and len(direct.events()) == 2
+
+
+def terminate_idle(server, application_name: str) -> None:
+    with server.connect() as conn:
+        killed = conn.execute(
+            "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity"
+            " WHERE application_name = %s AND state = 'idle'",
+            [application_name],
+        ).fetchall()
+    assert killed == [(True,)]
 
 
 def test_an_error_text_postgres_cannot_hold_is_still_recorded(direct):

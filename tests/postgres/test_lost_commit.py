@@ -395,3 +395,32 @@ def test_a_protected_call_costs_two_transactions_and_seven_round_trips(direct, m
     control.execute(action, lambda **_: None)
     assert direct.write_transactions - before == 2
     assert len(sent) == 7, sent
+
+
+class TestKeptWrites:
+    """A lapsed lease is written AMBIGUOUS (kept) before the refusal is raised; a lost COMMIT
+    there still ends in the refusal, whatever the re-read finds."""
+
+    @pytest.fixture
+    def lapsed(self, direct, open_store, pg_proxy):
+        start(direct, "act_holder")
+        return open_store(pg_proxy.url, clock=FakeClock(utc_now() + timedelta(hours=1)))
+
+    def test_a_lost_commit_on_the_kept_write_that_landed(self, lapsed, pg_proxy, branches, direct):
+        pg_proxy.cut_after_commit()
+        with pytest.raises(AmbiguousEffect):
+            start(lapsed, "act_late")
+        assert branches() == [("A2_LANDED", KEY)]
+        assert direct.get_effect(KEY).state is EffectState.AMBIGUOUS
+
+    def test_a_kept_write_moved_on_in_the_window_still_refuses(
+        self, lapsed, pg_proxy, branches, direct
+    ):
+        def resolve() -> None:
+            direct.resolve_effect(KEY, EffectState.FAILED, "cli:alice")
+
+        pg_proxy.cut_after_commit(on_cut=resolve)
+        with pytest.raises(AmbiguousEffect):
+            start(lapsed, "act_late")
+        assert branches() == [("A2_REFUSE", KEY)]
+        assert direct.get_effect(KEY).state is EffectState.FAILED  # the person's word stands

@@ -172,3 +172,26 @@ class TestOtherWitnesses:
         assert found.judge({**receipt}) is Verdict.LANDED
         assert found.judge({**receipt, "hash": "other"}) is Verdict.OTHER
         assert isinstance(refusal(found, {}, NOW, lambda v: v), AmbiguousWrite)
+
+
+def test_an_approval_spent_by_someone_else_is_refused_as_consumed():
+    consume = {"approval_id": "apr_1", "consumed_at": NOW, "consumed_by": "act_1"}
+    found = evidence(("approval_consume", consume))
+    other = {"approval_id": "apr_1", "status": "consumed", "consumed_at": NOW, "consumed_by": "x"}
+    assert found.judge({**other, "status": "granted"}) is Verdict.NOT_LANDED
+    assert found.judge({**other, "consumed_by": "act_1"}) is Verdict.LANDED
+    assert found.judge(other) is Verdict.OTHER
+    refused = refusal(found, {**_approval_row(), **other}, NOW, lambda v: v)
+    assert isinstance(refused, ApprovalMismatch) and refused.reason is MismatchReason.CONSUMED
+
+
+def _approval_row():
+    return {
+        "action_hash": "h",
+        "action_json": "{}",
+        "policy_hash": "p",
+        "created_at": NOW,
+        "expires_at": LEASE,
+        "approver": "a",
+        "answered_at": NOW,
+    }

@@ -20,7 +20,9 @@ from ctrlrun._version import __version__
 from ctrlrun.canonical import canonical_bytes
 from ctrlrun.errors import (
     ActionDenied,
+    AmbiguityReason,
     AmbiguousEffect,
+    AmbiguousWrite,
     ApprovalMismatch,
     ApprovalRequired,
     CtrlrunError,
@@ -43,6 +45,7 @@ from ctrlrun.errors import (
     StoreError,
     Unreachable,
     VersionConflict,
+    WriteFailed,
 )
 from ctrlrun.kernel.action import Action, Principal
 from ctrlrun.kernel.approval import ApprovalRecord, ApprovalStatus
@@ -60,7 +63,9 @@ from ctrlrun.store.sqlite import SQLiteStateStore
 __all__ = [
     "Action",
     "ActionDenied",
+    "AmbiguityReason",
     "AmbiguousEffect",
+    "AmbiguousWrite",
     "ApprovalMismatch",
     "ApprovalRecord",
     "ApprovalRequired",
@@ -101,6 +106,7 @@ __all__ = [
     "StoreError",
     "Unreachable",
     "VersionConflict",
+    "WriteFailed",
     "__version__",
     "canonical_bytes",
     "context",

@@ -326,6 +326,53 @@ class SchemaMismatch(StoreError):
         super().__init__(message, applied=tuple(applied), known=tuple(known), running=running)
 
 
+class WriteFailed(StoreError):
+    """A store write failed before its COMMIT could take effect: nothing was committed.
+
+    Raised for an error before ``COMMIT`` was executed (a connect failure, a statement error, a
+    constraint violation, a statement timeout) and for the server's in-band aborts
+    (serialization failure ``40001``, deadlock ``40P01``). The write may be retried at once.
+    ``sqlstate`` is the server's code when it sent one; ``operation`` names the store call.
+    """
+
+    sqlstate: str | None
+    operation: str
+
+    def __init__(self, message: str, *, sqlstate: str | None = None, operation: str = "") -> None:
+        super().__init__(message, sqlstate=sqlstate, operation=operation)
+
+
+class AmbiguityReason(StrEnum):
+    """Why a store write whose COMMIT went unanswered could not be settled."""
+
+    NO_WITNESS = "no_witness"  # the write left no row a re-read can recognise
+    REREAD_FAILED = "reread_failed"  # the re-read itself failed
+    REISSUE_UNKNOWN = "reissue_unknown"  # the one re-issue was lost at COMMIT too
+    UNRECOGNISED = "unrecognised"  # the re-read found a row that is neither ours nor before
+
+
+class AmbiguousWrite(StoreError):
+    """A store write's COMMIT may or may not have taken effect, and the store could not settle
+    which. Fail closed: it is never a success and never a proof that nothing happened. A
+    protected call that meets it is not executed (at reservation) or leaves its outcome to the
+    record's lease (at recording). ``reason`` is an ``AmbiguityReason``.
+    """
+
+    reason: AmbiguityReason
+    operation: str
+    effect_key: str | None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: AmbiguityReason,
+        operation: str = "",
+        effect_key: str | None = None,
+    ) -> None:
+        super().__init__(message, reason=reason, operation=operation, effect_key=effect_key)
+
+
 class MissingDependency(CtrlrunError, ImportError):
     """An optional extra is not installed. The message names the exact install line."""
 

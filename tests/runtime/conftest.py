@@ -1,25 +1,16 @@
-"""Runtime fixtures: a policy, a real SQLite store, a movable clock, and a counting remote."""
+"""Runtime fixtures: a policy, a real store (SQLite file and Postgres schema, each test on both),
+a movable clock, and a counting remote."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from ctrlrun import Control, Policy, SQLiteStateStore
+from ctrlrun._time import utc_now
+from support.clocks import FakeClock
 from support.policies import POLICY
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, delta: timedelta) -> None:
-        self.now += delta
 
 
 class Remote:
@@ -36,9 +27,16 @@ class Remote:
         return {"ok": True, "n": len(self.calls)}
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def backend(request: pytest.FixtureRequest) -> str:
+    """Every protected-call test runs on both stores."""
+    return str(request.param)
+
+
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
+def clock(backend: str) -> FakeClock:
+    # Postgres measures the application clock against its own at open: start at the real time
+    return FakeClock() if backend == "sqlite" else FakeClock(utc_now())
 
 
 @pytest.fixture
@@ -49,8 +47,14 @@ def policy_file(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def store(tmp_path, clock):
-    opened = SQLiteStateStore(tmp_path / "state.db", clock=clock)
+def store(request, backend, tmp_path, clock):
+    if backend == "sqlite":
+        opened = SQLiteStateStore(tmp_path / "state.db", clock=clock)
+    else:
+        from ctrlrun.postgres import PostgresStateStore
+
+        pg_schema = request.getfixturevalue("pg_schema")
+        opened = PostgresStateStore(pg_schema.url, schema=pg_schema.schema, clock=clock)
     yield opened
     opened.close()
 

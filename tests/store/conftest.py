@@ -1,39 +1,93 @@
-"""Store fixtures: a real SQLite file per test and a clock the test moves."""
+"""Store fixtures: every backend-agnostic store test runs on SQLite (a real file) and on
+Postgres (a private schema on the session's real server), with a clock the test moves.
+
+``backend`` opens further handles on the same storage (``backend.open()``) and alters rows
+behind the store's back (``backend.tamper(sql, …)``, plain SQL run against the store's own
+tables), so the same test proves the same contract on both.
+"""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from ctrlrun._time import utc_now
 from ctrlrun.store.sqlite import SQLiteStateStore
+from support.clocks import FakeClock
 
 
-class FakeClock:
-    """A clock that only moves when told to."""
+class Backend:
+    """One backend's storage for one test: open handles on it, tamper with its rows."""
 
-    def __init__(self, start: datetime = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)) -> None:
-        self.now = start
+    name: str
 
-    def __call__(self) -> datetime:
-        return self.now
+    def open(self, clock: Any = None) -> Any:
+        raise NotImplementedError
 
-    def advance(self, delta: timedelta) -> None:
-        self.now += delta
+    def tamper(self, *statements: str) -> None:
+        raise NotImplementedError
+
+
+class SQLiteBackend(Backend):
+    name = "sqlite"
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def open(self, clock: Any = None) -> SQLiteStateStore:
+        return SQLiteStateStore(self.path, clock=clock)
+
+    def tamper(self, *statements: str) -> None:
+        import sqlite3
+
+        with sqlite3.connect(self.path) as conn:
+            for statement in statements:
+                conn.execute(statement)
+
+
+class PostgresBackend(Backend):
+    name = "postgres"
+
+    def __init__(self, pg_schema: Any) -> None:
+        self.pg_schema = pg_schema
+
+    def open(self, clock: Any = None) -> Any:
+        from ctrlrun.postgres import PostgresStateStore
+
+        return PostgresStateStore(self.pg_schema.url, schema=self.pg_schema.schema, clock=clock)
+
+    def tamper(self, *statements: str) -> None:
+        with self.pg_schema.connect() as conn:  # search_path = the store's schema
+            for statement in statements:
+                conn.execute(statement)
+
+
+@pytest.fixture(
+    params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)],
+)
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    if request.param == "sqlite":
+        return SQLiteBackend(tmp_path / "state.db")
+    return PostgresBackend(request.getfixturevalue("pg_schema"))
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
+def clock(backend: Backend) -> FakeClock:
+    # On Postgres the application clock is measured against the server's at open: start the
+    # fake clock at the real time so only a test that moves it reports skew.
+    return FakeClock() if backend.name == "sqlite" else FakeClock(utc_now())
 
 
 @pytest.fixture
-def db_path(tmp_path):
+def db_path(tmp_path: Path) -> Path:
     return tmp_path / "state.db"
 
 
 @pytest.fixture
-def store(db_path, clock):
-    opened = SQLiteStateStore(db_path, clock=clock)
+def store(backend: Backend, clock: FakeClock) -> Iterator[Any]:
+    opened = backend.open(clock)
     yield opened
     opened.close()

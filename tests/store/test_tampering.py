@@ -1,17 +1,14 @@
-"""Receipts altered in the SQLite file itself are reported by kind and seq."""
+"""Receipts altered in the database itself (SQLite file, Postgres schema) are reported by kind
+and seq."""
 
 from __future__ import annotations
 
-import sqlite3
-
 import pytest
-
-from ctrlrun.store.sqlite import SQLiteStateStore
 
 
 @pytest.fixture
-def chained(db_path):
-    store = SQLiteStateStore(db_path)
+def chained(backend):
+    store = backend.open()
     for index in range(5):
         store.record(
             (),
@@ -23,21 +20,19 @@ def chained(db_path):
             },
         )
     store.close()
-    return db_path
+    return backend
 
 
-def tamper(path, *statements):
-    with sqlite3.connect(path) as conn:
-        for statement in statements:
-            conn.execute(statement)
+def tamper(backend, *statements):
+    backend.tamper(*statements)
 
 
-def breaks(path):
-    return [(str(b.kind), b.seq) for b in SQLiteStateStore(path).verify_chain().breaks]
+def breaks(backend):
+    return [(str(b.kind), b.seq) for b in backend.open().verify_chain().breaks]
 
 
 def test_untampered_verifies(chained):
-    assert SQLiteStateStore(chained).verify_chain().ok
+    assert chained.open().verify_chain().ok
 
 
 def test_an_edited_receipt(chained):
@@ -87,5 +82,5 @@ def test_a_row_appended_behind_the_heads_back(chained):
 
 def test_a_deleted_head_is_never_ok(chained):
     tamper(chained, "DELETE FROM receipt_chain")
-    report = SQLiteStateStore(chained).verify_chain()
+    report = chained.open().verify_chain()
     assert not report.ok and report.head is None

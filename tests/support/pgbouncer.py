@@ -95,19 +95,24 @@ def start_pgbouncer(
     *,
     users: Iterable[str] = (),
     timeout: float = 20.0,
+    pool_size: int = 20,
 ) -> PgBouncer:
     """Start pgbouncer (installing it if absent) in front of ``server``; raise if it cannot.
 
     It runs as a non-root OS user (``embedded_postgres`` when we are root), listens on
     127.0.0.1 on a free port, trusts the users in its auth file (the server's user plus
-    ``users``) and forwards every database name to the same-named database on ``server``.
+    ``users``) and forwards every database name to the same-named database on ``server``
+    through at most ``pool_size`` server connections per database and user (a small pool makes
+    clients share server connections between their transactions).
     ``server.stop()`` stops it too.
     """
     binary = pgbouncer_binary()
     user = server.system_user if server.system_user is not None else service_user()
     last_error = ""
     for _attempt in range(3):  # the free port may be taken between probe and bind
-        bouncer = _try_pgbouncer(server, binary, user, pool_mode, [server.user, *users], timeout)
+        bouncer = _try_pgbouncer(
+            server, binary, user, pool_mode, [server.user, *users], timeout, pool_size
+        )
         if isinstance(bouncer, PgBouncer):
             server.adopt(bouncer)
             return bouncer
@@ -122,6 +127,7 @@ def _try_pgbouncer(
     pool_mode: str,
     users: list[str],
     timeout: float,
+    pool_size: int = 20,
 ) -> PgBouncer | str:
     root = owned_dir("ctrlrun-pgbouncer-", user)
     port = free_port()
@@ -140,7 +146,7 @@ def _try_pgbouncer(
         f"auth_file = {auth_file}\n"
         f"pool_mode = {pool_mode}\n"
         "max_client_conn = 200\n"
-        "default_pool_size = 20\n"
+        f"default_pool_size = {pool_size}\n"
         f"admin_users = {server.user}\n"
         "ignore_startup_parameters = extra_float_digits\n"
         f"logfile = {log}\n"

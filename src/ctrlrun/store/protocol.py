@@ -73,8 +73,10 @@ class FinishRequest:
 class StateStore(Protocol):
     """Effects, approvals, events and receipts: one contract, two backends."""
 
-    dialect: str
-    """``"sqlite"`` or ``"postgres"``: which named-query files the store reads."""
+    @property
+    def dialect(self) -> str:
+        """``"sqlite"`` or ``"postgres"``: which named-query files the store reads."""
+        ...
 
     @property
     def write_transactions(self) -> int:

@@ -24,13 +24,11 @@ from ctrlrun.errors import InvalidArgument, SchemaMismatch, StoreError
 from ctrlrun.kernel.approval import (
     ApprovalRecord,
     ApprovalRequestDraft,
-    ApprovalStatus,
     check_person,
 )
 from ctrlrun.kernel.effect import EffectRecord, EffectState
-from ctrlrun.kernel.event import Event, EventDraft
-from ctrlrun.kernel.receipt import ChainHead, ChainReport, Receipt, verify_chain
-from ctrlrun.store import codec
+from ctrlrun.kernel.event import EventDraft
+from ctrlrun.kernel.receipt import Receipt
 from ctrlrun.store.migrate import classify, refuse_unless_current, refuse_unless_migratable
 from ctrlrun.store.ops import KeptRefusal, Txn
 from ctrlrun.store.ops.actions import finish_action_in_txn, record_in_txn, start_action_in_txn
@@ -38,6 +36,7 @@ from ctrlrun.store.ops.approvals import answer_approval_in_txn, put_approval_req
 from ctrlrun.store.ops.effects import begin_execution_in_txn, resolve_effect_in_txn
 from ctrlrun.store.protocol import FinishRequest, Started, StartRequest
 from ctrlrun.store.queries import load_queries, migration_files
+from ctrlrun.store.reads import StoreReads
 
 T = TypeVar("T")
 
@@ -66,6 +65,9 @@ class _Txn:
     def run_many(self, query: str, params: Sequence[Mapping[str, Any]]) -> None:
         self._conn.executemany(self._queries[query], params)
 
+    def run_later(self, query: str, params: Mapping[str, Any]) -> None:
+        self._conn.execute(self._queries[query], params)  # in-process: nothing to save
+
     def ts(self, value: datetime | None) -> str | None:
         return None if value is None else encode_instant(value)
 
@@ -92,7 +94,7 @@ def check_sqlite_path(path: str | os.PathLike[str]) -> Path:
     return resolved
 
 
-class SQLiteStateStore:
+class SQLiteStateStore(StoreReads):
     """``StateStore`` on one SQLite file. See the module docstring for the guarantees.
 
     Opening migrates the file forward (creating it if absent) and refuses a schema that is
@@ -248,6 +250,10 @@ class SQLiteStateStore:
         result: T = self._wrap(work, txn)
         return result
 
+    @staticmethod
+    def _read_ts(value: Any) -> datetime:
+        return decode_instant(value)
+
     def _rows(self, query: str, params: Mapping[str, Any] | None = None) -> list[sqlite3.Row]:
         rows: list[sqlite3.Row] = self._wrap(
             lambda: self._connection().execute(self._queries[query], params or {}).fetchall()
@@ -356,20 +362,6 @@ class SQLiteStateStore:
         )
         return record
 
-    def get_effect(self, effect_key: str) -> EffectRecord | None:
-        """See ``StateStore.get_effect``."""
-        rows = self._rows("effect_get", {"effect_key": effect_key})
-        return codec.effect_from_row(rows[0], decode_instant) if rows else None
-
-    def list_effects(self, state: EffectState | None = None) -> tuple[EffectRecord, ...]:
-        """See ``StateStore.list_effects``."""
-        rows = (
-            self._rows("effect_list")
-            if state is None
-            else self._rows("effect_list_by_state", {"state": str(EffectState(state))})
-        )
-        return tuple(codec.effect_from_row(row, decode_instant) for row in rows)
-
     # --- approvals ------------------------------------------------------------------------
 
     def put_approval_request(
@@ -400,49 +392,6 @@ class SQLiteStateStore:
             grant=grant,
         )
         return record
-
-    def get_approval(self, approval_id: str) -> ApprovalRecord | None:
-        """See ``StateStore.get_approval``."""
-        rows = self._rows("approval_get", {"approval_id": approval_id})
-        return codec.approval_from_row(rows[0], decode_instant) if rows else None
-
-    def list_approvals(self, status: ApprovalStatus | None = None) -> tuple[ApprovalRecord, ...]:
-        """See ``StateStore.list_approvals``."""
-        rows = (
-            self._rows("approval_list")
-            if status is None
-            else self._rows("approval_list_by_status", {"status": str(ApprovalStatus(status))})
-        )
-        return tuple(codec.approval_from_row(row, decode_instant) for row in rows)
-
-    # --- evidence -------------------------------------------------------------------------
-
-    def events(self, action_id: str | None = None) -> tuple[Event, ...]:
-        """See ``StateStore.events``."""
-        rows = (
-            self._rows("event_list")
-            if action_id is None
-            else self._rows("event_list_by_action", {"action_id": action_id})
-        )
-        return tuple(codec.event_from_row(row, decode_instant) for row in rows)
-
-    def receipts(self, action_id: str | None = None) -> tuple[Receipt, ...]:
-        """See ``StateStore.receipts``."""
-        rows = (
-            self._rows("receipt_list")
-            if action_id is None
-            else self._rows("receipt_list_by_action", {"action_id": action_id})
-        )
-        return tuple(codec.receipt_from_row(row) for row in rows)
-
-    def chain_head(self) -> ChainHead | None:
-        """See ``StateStore.chain_head``."""
-        rows = self._rows("chain_head_lock")
-        return ChainHead(int(rows[0]["seq"]), rows[0]["hash"]) if rows else None
-
-    def verify_chain(self) -> ChainReport:
-        """See ``StateStore.verify_chain``."""
-        return verify_chain(self.receipts(), self.chain_head())
 
 
 def split_statements(sql: str) -> Iterator[str]:

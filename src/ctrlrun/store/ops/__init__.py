@@ -40,6 +40,16 @@ class Txn(Protocol):
         """Run named ``query`` once per parameter set."""
         ...
 
+    def run_later(self, query: str, params: Mapping[str, Any]) -> None:
+        """Run named ``query``, whose row count nobody needs, no later than the COMMIT.
+
+        Only for a statement that either does exactly what it says or fails the transaction
+        (an INSERT without ``ON CONFLICT``, an UPDATE of a row this transaction has locked). A
+        backend may send it with the next statement to save a round trip; its failure still
+        fails the transaction before anything is committed.
+        """
+        ...
+
     def ts(self, value: datetime | None) -> Any:
         """A timestamp as this backend binds it."""
         ...

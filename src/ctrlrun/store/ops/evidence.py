@@ -38,7 +38,7 @@ def put_receipt_in_txn(txn: Txn, draft: Mapping[str, Any]) -> StoredReceipt:
     if head is None:
         raise StoreError("the receipt chain head row is missing; the store is damaged")
     seq, text, digest = chain_receipt(draft, ChainHead(int(head["seq"]), head["hash"]))
-    txn.run(
+    txn.run_later(
         "receipt_insert",
         {
             "receipt_id": draft["receipt_id"],
@@ -51,5 +51,5 @@ def put_receipt_in_txn(txn: Txn, draft: Mapping[str, Any]) -> StoredReceipt:
             "created_at": txn.ts(txn.now),
         },
     )
-    txn.run("chain_head_set", {"seq": seq, "hash": digest})
+    txn.run_later("chain_head_set", {"seq": seq, "hash": digest})  # the row is locked: 1 row
     return StoredReceipt(seq, str(draft["receipt_id"]), text, digest)

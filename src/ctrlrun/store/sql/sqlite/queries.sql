@@ -82,6 +82,9 @@ FROM events WHERE action_id = :action_id ORDER BY event_id;
 -- name: chain_head_lock
 SELECT seq, hash FROM receipt_chain WHERE id = 1;
 
+-- name: chain_head_get
+SELECT seq, hash FROM receipt_chain WHERE id = 1;
+
 -- name: chain_head_set
 UPDATE receipt_chain SET seq = :seq, hash = :hash WHERE id = 1;
 

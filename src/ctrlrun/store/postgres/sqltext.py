@@ -1,0 +1,30 @@
+"""The Postgres named queries and migrations, composed for one schema.
+
+The ``.sql`` files write the schema as ``{schema}``; it is filled in here with
+``psycopg.sql.Identifier`` (quoted and escaped by the driver), never by string formatting. The
+composed text keeps its ``%(name)s`` placeholders for the driver to bind.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from psycopg import sql
+
+from ctrlrun.store.queries import load_queries, migration_files
+
+
+def compose(text: str, schema: str) -> str:
+    """``text`` with every ``{schema}`` replaced by the quoted identifier ``schema``."""
+    return sql.SQL(text).format(schema=sql.Identifier(schema)).as_string(None)
+
+
+@cache
+def queries_for(schema: str) -> dict[str, str]:
+    """Every named query, composed for ``schema`` (cached per schema)."""
+    return {name: compose(text, schema) for name, text in load_queries("postgres").items()}
+
+
+def migrations_for(schema: str) -> tuple[tuple[str, str], ...]:
+    """``(migration_id, sql)`` for every Postgres migration in order, composed for ``schema``."""
+    return tuple((mid, compose(text, schema)) for mid, text in migration_files("postgres"))

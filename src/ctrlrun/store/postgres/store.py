@@ -1,0 +1,266 @@
+"""``PostgresStateStore``: the ``StateStore`` protocol on Postgres, for agents on many hosts.
+
+The same contract as the SQLite store, earned differently: the reservation is
+``INSERT … ON CONFLICT (effect_key) DO NOTHING`` with its row count checked, every later
+transition a conditional ``UPDATE`` on state, action_id and attempt with its row count checked,
+under the server's default isolation level — the guarantee is the unique index. Decisions come
+from the same kernel planners, through the same ``store/ops`` functions; lease time is the
+database's clock. A COMMIT whose answer never came is settled by re-reading (``engine``).
+
+This module imports no driver: psycopg is loaded when a store is first constructed, and its
+absence raises ``MissingDependency`` naming ``pip install 'ctrlrun[postgres]'``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+from ctrlrun._time import Clock, check_positive, utc_now
+from ctrlrun.errors import AmbiguousEffect, CtrlrunError, StoreError
+from ctrlrun.kernel.approval import (
+    ApprovalRecord,
+    ApprovalRequestDraft,
+    check_person,
+)
+from ctrlrun.kernel.effect import EffectRecord, EffectState
+from ctrlrun.kernel.event import EventDraft
+from ctrlrun.kernel.receipt import Receipt
+from ctrlrun.store.ops import KeptRefusal, Txn
+from ctrlrun.store.ops.actions import finish_action_in_txn, record_in_txn, start_action_in_txn
+from ctrlrun.store.ops.approvals import answer_approval_in_txn, put_approval_request_in_txn
+from ctrlrun.store.ops.effects import begin_execution_in_txn, resolve_effect_in_txn
+from ctrlrun.store.postgres.names import check_schema_name, load_driver
+from ctrlrun.store.postgres.skew import DEFAULT_THRESHOLD, ClockSkew, SkewSchedule, measure
+from ctrlrun.store.protocol import FinishRequest, Started, StartRequest
+from ctrlrun.store.reads import StoreReads
+
+if TYPE_CHECKING:
+    from ctrlrun.store.postgres.engine import Engine
+
+T = TypeVar("T")
+log = logging.getLogger("ctrlrun.postgres")
+
+
+def _utc(value: Any) -> datetime:
+    if not isinstance(value, datetime):
+        raise TypeError(f"expected a timestamptz, got {value!r}")
+    return value.astimezone(UTC)
+
+
+class PostgresStateStore(StoreReads):
+    """``StateStore`` on one schema of a Postgres database (see the module docstring).
+
+    ``url`` goes to ``psycopg.connect`` unchanged. ``schema`` must be a plain identifier and
+    must exist; opening checks the server (not a standby, UTF8), the role's privileges, and
+    migrates forward. ``clock`` (tests) replaces the database's clock for leases and stamps;
+    ``clock_skew_threshold`` is how far the application clock may drift from the server's
+    before a ``CLOCK_SKEW_DETECTED`` event is appended.
+    """
+
+    dialect: Final = "postgres"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        schema: str = "public",
+        clock: Clock | None = None,
+        clock_skew_threshold: timedelta = DEFAULT_THRESHOLD,
+        _migrate: bool = True,
+    ) -> None:
+        self.schema = check_schema_name(schema)
+        self._threshold = check_positive(clock_skew_threshold, "clock_skew_threshold")
+        load_driver()
+        from ctrlrun.store.postgres.atopen import open_engine
+
+        self._app_clock: Clock = clock or utc_now
+        self._writing = _migrate
+        self._engine: Engine = open_engine(url, self.schema, clock, writing=_migrate)
+        self._schedule = SkewSchedule()
+        self._skew: ClockSkew | None = None
+        self._check_skew("open")
+
+    @classmethod
+    def open_existing(
+        cls, url: str, *, schema: str = "public", clock: Clock | None = None
+    ) -> PostgresStateStore:
+        """Open a store that must already exist at this binary's schema; create and migrate
+        nothing, and append nothing at open. For commands that read evidence (or resolve):
+        a missing, empty, behind or ahead schema raises ``SchemaMismatch`` with an
+        instruction."""
+        return cls(url, schema=schema, clock=clock, _migrate=False)
+
+    @staticmethod
+    def create_schema(url: str, name: str) -> None:
+        """Create schema ``name`` (for tests and ``ctrlrun verify`` scratch stores; a store
+        never creates its own). Raises ``StoreError`` if it exists or cannot be created."""
+        check_schema_name(name)
+        psycopg = load_driver()
+        from psycopg import sql
+
+        try:
+            with psycopg.connect(url, autocommit=True, prepare_threshold=None) as conn:
+                conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
+        except psycopg.Error as exc:
+            raise StoreError(f"could not create schema {name!r}: {exc}") from exc
+
+    # --- the protocol's plumbing ---------------------------------------------------------
+
+    def _rows(self, query: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+        return self._engine.rows(query, dict(params or {}))
+
+    @staticmethod
+    def _read_ts(value: Any) -> datetime:
+        return _utc(value)
+
+    @property
+    def write_transactions(self) -> int:
+        """How many write transactions this handle has committed (settled ones included)."""
+        return self._engine.committed
+
+    @property
+    def clock_skew(self) -> ClockSkew | None:
+        """The latest measurement of the application clock against the server's."""
+        return self._skew
+
+    def transact(self, work: Callable[[Txn], T]) -> T:
+        """Run ``work(txn)`` in one write transaction and return its result.
+
+        ``KeptRefusal`` commits and raises its refusal; any other exception rolls back. Driver
+        errors before the COMMIT took effect raise ``WriteFailed``. A COMMIT that went
+        unanswered is settled by re-reading a row the transaction wrote that a re-read can
+        recognise (an effect, an approval, a receipt): landed → ``work``'s result; not landed →
+        ``work`` runs once more in a new transaction; otherwise ``AmbiguousWrite``.
+        """
+        return self._engine.write(work, operation="transact")
+
+    def read(self, work: Callable[[Txn], T]) -> T:
+        """Run ``work(txn)`` outside any transaction (it must only read)."""
+        return self._engine.read(work)
+
+    def close(self) -> None:
+        """Release every connection. Not a fence: later calls reconnect."""
+        self._engine.connections.close()
+
+    # --- the protected call --------------------------------------------------------------
+
+    def start_action(self, request: StartRequest) -> Started:
+        """See ``StateStore.start_action``."""
+        lapsed: list[bool] = []
+
+        def work(txn: Txn) -> Started:
+            try:
+                return start_action_in_txn(txn, request)
+            except KeptRefusal as kept:
+                lapsed.append(isinstance(kept.refusal, AmbiguousEffect))
+                raise
+
+        try:
+            return self._engine.write(work, operation="start_action")
+        except AmbiguousEffect:
+            if any(lapsed):  # a lease was found expired: judge the clocks (never the lease)
+                self._check_skew("lease_expired", request.action_id, request.effect_key)
+            raise
+
+    def finish_action(self, request: FinishRequest) -> Receipt:
+        """See ``StateStore.finish_action``."""
+        return self._engine.write(
+            lambda txn: finish_action_in_txn(txn, request), operation="finish_action"
+        )
+
+    def record(
+        self, events: tuple[EventDraft, ...], receipt: Mapping[str, Any] | None = None
+    ) -> Receipt | None:
+        """See ``StateStore.record``."""
+        return self._engine.write(
+            lambda txn: record_in_txn(txn, events, receipt), operation="record"
+        )
+
+    def begin_execution(self, effect_key: str, action_id: str, attempt: int) -> EffectRecord:
+        """See ``StateStore.begin_execution``."""
+        return self._engine.write(
+            lambda txn: begin_execution_in_txn(
+                txn, effect_key=effect_key, action_id=action_id, attempt=attempt
+            ),
+            operation="begin_execution",
+        )
+
+    def resolve_effect(
+        self, effect_key: str, state: EffectState, resolver: str, *, by: str = "human"
+    ) -> EffectRecord:
+        """See ``StateStore.resolve_effect``."""
+        target = EffectState(state)
+        return self._engine.write(
+            lambda txn: resolve_effect_in_txn(
+                txn, effect_key=effect_key, target=target, resolver=resolver, by=by
+            ),
+            operation="resolve_effect",
+        )
+
+    # --- approvals -----------------------------------------------------------------------
+
+    def put_approval_request(
+        self, draft: ApprovalRequestDraft, events: tuple[EventDraft, ...] = ()
+    ) -> ApprovalRecord:
+        """See ``StateStore.put_approval_request``."""
+
+        def work(txn: Txn) -> ApprovalRecord:
+            record_in_txn(txn, events, None)
+            return put_approval_request_in_txn(txn, draft)
+
+        return self._engine.write(work, operation="put_approval_request")
+
+    def grant_approval(self, approval_id: str, approver: str) -> ApprovalRecord:
+        """See ``StateStore.grant_approval``."""
+        return self._answer(approval_id, approver, grant=True)
+
+    def deny_approval(self, approval_id: str, approver: str) -> ApprovalRecord:
+        """See ``StateStore.deny_approval``."""
+        return self._answer(approval_id, approver, grant=False)
+
+    def _answer(self, approval_id: str, approver: str, *, grant: bool) -> ApprovalRecord:
+        person = check_person(approver)
+        return self._engine.write(
+            lambda txn: answer_approval_in_txn(
+                txn, approval_id=approval_id, approver=person, grant=grant
+            ),
+            operation="grant_approval" if grant else "deny_approval",
+        )
+
+    # --- clock skew ----------------------------------------------------------------------
+
+    def _check_skew(
+        self, trigger: str, action_id: str | None = None, effect_key: str | None = None
+    ) -> None:
+        """Measure the application clock against the server's and, beyond the threshold,
+        append ``CLOCK_SKEW_DETECTED`` (not from a reading open, which writes nothing). A
+        failed measurement is logged and changes nothing; no lease decision depends on it."""
+        if trigger != "open" and not self._schedule.due(self._app_clock()):
+            return
+        try:
+            skew = measure(
+                self._app_clock,
+                self._engine.server_clock,
+                threshold=self._threshold,
+                trigger=trigger,
+            )
+            self._skew = skew
+            if skew.exceeded:
+                log.warning(
+                    "ctrlrun.postgres: the application clock is %s %s from the database's"
+                    " (±%s); leases follow the database's clock",
+                    "ahead" if skew.skew > timedelta(0) else "behind",
+                    abs(skew.skew),
+                    skew.bound,
+                    extra={"trigger": trigger, "effect_key": effect_key},
+                )
+                if self._writing:
+                    event = skew.event(action_id, effect_key)
+                    self._engine.write(
+                        lambda txn: record_in_txn(txn, (event,), None), operation="clock_skew"
+                    )
+        except CtrlrunError as exc:  # an observation: it never changes what the caller gets
+            log.warning("ctrlrun.postgres: measuring clock skew failed: %s", exc)

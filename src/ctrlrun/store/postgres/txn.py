@@ -1,0 +1,165 @@
+"""The ``Txn`` a Postgres write (or read) runs in.
+
+* ``now`` is the server's ``now()`` read by the ``BEGIN`` round trip (lease time is the
+  database's time), unless the store was given a clock; a read-only ``Txn`` fetches it lazily.
+* Statements whose row count nobody needs (``run_many``, ``run_later``) are bound on the client
+  and sent in the same simple-query round trip as the next statement, or as the COMMIT. A
+  failure among them is still reported before the COMMIT takes effect: the server skips the
+  rest of the message, COMMIT included, and leaves the transaction open and failed.
+* Every effect write is stamped with this transaction's random ``write_token``, and every
+  write a re-read can recognise is recorded in ``witness`` (see ``witness``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+
+from ctrlrun.store.postgres.connections import Connection
+from ctrlrun.store.postgres.witness import EFFECT_WRITES, Witness
+
+Row = dict[str, Any]
+_NUL = "\x00"
+
+
+class PgTxn:
+    """One write transaction (or one read) on one connection. See the module docstring."""
+
+    __slots__ = (
+        "_client",
+        "_conn",
+        "_cur",
+        "_now",
+        "_now_source",
+        "_pending",
+        "_queries",
+        "witness",
+        "write_token",
+    )
+
+    def __init__(
+        self,
+        conn: Connection,
+        queries: Mapping[str, str],
+        *,
+        now: datetime | None = None,
+        now_source: Callable[[], datetime] | None = None,
+    ) -> None:
+        self._conn = conn
+        self._queries = queries
+        self._cur = conn.cursor()
+        self._client: psycopg.ClientCursor[Any] | None = None
+        self._pending: list[str] = []
+        self._now = now
+        self._now_source = now_source
+        self.witness = Witness()
+        self.write_token = uuid.uuid4().hex
+
+    # --- the Txn protocol ----------------------------------------------------------------
+
+    @property
+    def now(self) -> datetime:
+        """The transaction's clock reading (see the module docstring)."""
+        if self._now is None:
+            source = self._now_source or self._server_now
+            self._now = source()
+        return self._now
+
+    def one(self, query: str, params: Mapping[str, Any]) -> Row | None:
+        self._execute(query, params)
+        return self._cur.fetchone()
+
+    def all(self, query: str, params: Mapping[str, Any]) -> list[Row]:
+        self._execute(query, params)
+        return self._cur.fetchall()
+
+    def run(self, query: str, params: Mapping[str, Any]) -> int:
+        bound = self._stamp(query, params)
+        self._execute(query, bound)
+        count = self._cur.rowcount
+        self.witness.saw(query, bound, count)
+        return count
+
+    def run_many(self, query: str, params: Sequence[Mapping[str, Any]]) -> None:
+        for one in params:
+            self.run_later(query, one)
+
+    def run_later(self, query: str, params: Mapping[str, Any]) -> None:
+        """Queue ``query``; it travels with the next statement or the COMMIT. Only for
+        statements that either change exactly what they say or fail the transaction."""
+        if query in EFFECT_WRITES:
+            raise AssertionError(f"{query} needs its row count checked; it cannot be deferred")
+        bound = self._stamp(query, params)
+        self._pending.append(self._bind(query, bound))
+        self.witness.saw(query, bound, 1)
+
+    def ts(self, value: datetime | None) -> datetime | None:
+        return value
+
+    @staticmethod
+    def read_ts(value: Any) -> datetime:
+        if not isinstance(value, datetime):
+            raise TypeError(f"expected a timestamptz, got {value!r}")
+        return value.astimezone(UTC)
+
+    # --- used by the engine --------------------------------------------------------------
+
+    def begin(self, begin_query: str) -> None:
+        """Open the transaction; read the server's clock unless a clock was given."""
+        self._cur.execute(self._queries[begin_query])
+        if self._now is None and self._now_source is None:
+            while self._cur.nextset():
+                pass
+            row = self._cur.fetchone()
+            assert row is not None
+            self._now = self.read_ts(row["now"])
+
+    def commit(self) -> str | None:
+        """Send the queued statements and ``COMMIT`` in one message; return COMMIT's tag
+        (``"COMMIT"``, or ``"ROLLBACK"`` if the server had already failed the transaction)."""
+        self._cur.execute("; ".join([*self._pending, "COMMIT"]))
+        self._pending.clear()
+        while self._cur.nextset():
+            pass
+        return self._cur.statusmessage
+
+    # --- helpers -------------------------------------------------------------------------
+
+    def _execute(self, query: str, params: Mapping[str, Any]) -> None:
+        if not self._pending:
+            self._cur.execute(self._queries[query], params)
+            return
+        statements = [*self._pending, self._bind(query, params)]
+        self._pending.clear()
+        self._cur.execute("; ".join(statements))
+        while self._cur.nextset():  # the result that matters is the last one
+            pass
+
+    def _bind(self, query: str, params: Mapping[str, Any]) -> str:
+        if self._client is None:
+            self._client = psycopg.ClientCursor(self._conn)
+        return self._client.mogrify(self._queries[query], params)
+
+    def _stamp(self, query: str, params: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The parameters as written: effect writes carry this transaction's token; an error
+        text keeps a NUL visible (``\\x00``) because Postgres text cannot hold one, and an
+        outcome must never fail to be recorded over its error message."""
+        error = params.get("error")
+        if query not in EFFECT_WRITES and not (isinstance(error, str) and _NUL in error):
+            return params
+        stamped = dict(params)
+        if query in EFFECT_WRITES:
+            stamped["write_token"] = self.write_token
+        if isinstance(error, str):
+            stamped["error"] = error.replace(_NUL, "\\x00")
+        return stamped
+
+    def _server_now(self) -> datetime:
+        self._cur.execute(self._queries["clock_now"])
+        row = self._cur.fetchone()
+        assert row is not None
+        return self.read_ts(row["now"])

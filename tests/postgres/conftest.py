@@ -1,0 +1,120 @@
+"""Fixtures for the Postgres store's own tests: stores on a private schema (direct, or through
+the fault proxy), the branch names the store logs, and a counting executor."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from ctrlrun.postgres import PostgresStateStore
+from support.pg import PgServer
+from support.pg_fixtures import PgSchema
+from support.pgbouncer import PgBouncer, start_pgbouncer
+from support.pgproxy import PgProxy
+
+KEY = "refund:pay_1"
+
+
+@pytest.fixture
+def open_store(pg_schema: PgSchema) -> Iterator[Callable[..., PostgresStateStore]]:
+    """``open_store(url=None, **kwargs)``: a store on the test's schema (closed at teardown)."""
+    opened: list[PostgresStateStore] = []
+
+    def _open(url: str | None = None, **kwargs: Any) -> PostgresStateStore:
+        store = PostgresStateStore(url or pg_schema.url, schema=pg_schema.schema, **kwargs)
+        opened.append(store)
+        return store
+
+    yield _open
+    for store in opened:
+        store.close()
+
+
+@pytest.fixture
+def direct(open_store: Callable[..., PostgresStateStore]) -> PostgresStateStore:
+    """A store connected straight to the server (the 'other process' of a test)."""
+    return open_store()
+
+
+@pytest.fixture
+def proxied(open_store: Callable[..., PostgresStateStore], pg_proxy: PgProxy) -> PostgresStateStore:
+    """The store under test, connected through the fault proxy (opened and migrated already,
+    so a fault armed afterwards hits the test's own write)."""
+    return open_store(pg_proxy.url)
+
+
+@pytest.fixture(scope="session")
+def small_pgbouncer(pg_server: PgServer) -> Iterator[PgBouncer]:
+    """pgbouncer in transaction mode with two server connections: clients must share them
+    between transactions, so anything session-scoped would leak or break. Fails, never skips."""
+    try:
+        bouncer = start_pgbouncer(pg_server, "transaction", pool_size=2)
+    except Exception as exc:
+        pytest.fail(f"pgbouncer could not be started (tests never skip): {exc}", pytrace=False)
+    try:
+        yield bouncer
+    finally:
+        bouncer.stop()
+
+
+@pytest.fixture
+def branches(caplog: pytest.LogCaptureFixture) -> Callable[[], list[tuple[str, str | None]]]:
+    """``branches()``: the (branch, effect_key) pairs logged on ``ctrlrun.postgres`` so far."""
+    caplog.set_level(logging.INFO, logger="ctrlrun.postgres")
+
+    def logged() -> list[tuple[str, str | None]]:
+        return [
+            (record.branch, record.effect_key)
+            for record in caplog.records
+            if record.name == "ctrlrun.postgres" and hasattr(record, "branch")
+        ]
+
+    return logged
+
+
+class Executor:
+    """A remote that counts its calls; ``fail_with`` makes the next call raise."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+        self.fail_with: list[BaseException] = []
+
+    def __call__(self, **arguments: Any) -> dict[str, Any]:
+        self.calls.append(arguments)
+        if self.fail_with:
+            raise self.fail_with.pop(0)
+        return {"ok": len(self.calls)}
+
+
+@pytest.fixture
+def executor() -> Executor:
+    return Executor()
+
+
+def in_thread(fn: Callable[[], Any]) -> Future[Any]:
+    """Run ``fn`` on a thread of its own (a second client of the store); its future."""
+    pool = ThreadPoolExecutor(1)
+    future = pool.submit(fn)
+    pool.shutdown(wait=False)
+    return future
+
+
+def wait_for_lock_waiter(server: PgServer, pattern: str, timeout: float = 30.0) -> None:
+    """Block until some backend whose query is LIKE ``pattern`` waits on a lock (a bounded
+    poll for a state, never a sleep to hit a race)."""
+    deadline = time.monotonic() + timeout
+    with server.connect() as conn:
+        while time.monotonic() < deadline:
+            found = conn.execute(
+                "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
+                [pattern],
+            ).fetchone()
+            if found:
+                return
+            time.sleep(0.01)
+    raise TimeoutError(f"no backend running {pattern!r} waited on a lock")

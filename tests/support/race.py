@@ -1,0 +1,70 @@
+"""Eight OS processes racing one effect key behind a barrier, on any store URL.
+
+Each child opens the store named by its URL (``sqlite:///…`` or ``postgresql://…?ctrlrun_schema=``),
+proves it imported the tree under test, waits at the barrier and makes one protected call whose
+executor exclusive-creates a marker file, so a second execution anywhere fails loudly.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+from pathlib import Path
+from typing import Any
+
+import ctrlrun
+
+SOURCE = str(Path(ctrlrun.__file__).resolve().parent)
+
+
+def contend(store_url: str, policy: str, calls: str, barrier: Any, results: Any) -> None:
+    """One racer (runs in a child process)."""
+    import ctrlrun
+    from ctrlrun.store import open_store
+
+    assert str(Path(ctrlrun.__file__).resolve().parent) == SOURCE  # the tree under test
+    control = ctrlrun.Control(ctrlrun.Policy.from_file(policy), open_store(store_url))
+
+    @ctrlrun.protect("stripe.refund", control=control)
+    def refund(payment_id: str, amount: int) -> str:
+        fd = os.open(os.path.join(calls, "executed"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        os.write(fd, str(os.getpid()).encode())
+        os.close(fd)
+        return "refunded"
+
+    barrier.wait(timeout=60)
+    with ctrlrun.context(agent=f"agent-{os.getpid()}"):
+        try:
+            results.put((os.getpid(), refund("pay_race", 5000)))
+        except ctrlrun.DuplicateEffect as exc:
+            results.put((os.getpid(), f"duplicate:{exc.state}"))
+        except BaseException as exc:  # anything else is a finding, reported to the parent
+            results.put((os.getpid(), f"error:{type(exc).__name__}:{exc}"))
+
+
+def race(ctx: Any, store_url: str, policy: Path, calls: Path, n: int = 8) -> list[str]:
+    """Run ``n`` racers from multiprocessing context ``ctx``; their sorted answers. Asserts
+    that every child exited cleanly, answered once, and that exactly one executed."""
+    barrier, results = ctx.Barrier(n), ctx.Queue()
+    args = (store_url, str(policy), str(calls), barrier, results)
+    workers = [ctx.Process(target=contend, args=args) for _ in range(n)]
+    for worker in workers:
+        worker.start()
+    outcomes = [results.get(timeout=90) for _ in workers]
+    for worker in workers:
+        worker.join(timeout=30)
+    assert all(worker.exitcode == 0 for worker in workers)
+    assert len({pid for pid, _ in outcomes}) == n
+    assert os.listdir(calls) == ["executed"]
+    answers = sorted(answer for _, answer in outcomes)
+    assert answers.count("refunded") == 1, answers
+    assert set(answers) - {"refunded"} <= {"duplicate:in_progress", "duplicate:committed"}
+    return answers
+
+
+def preloaded_processes() -> Any:
+    """A context whose children fork from a clean single-threaded server that already imported
+    ctrlrun and psycopg: real processes that do not spend the test importing on two cores."""
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["ctrlrun", "ctrlrun.postgres", "ctrlrun.store.postgres.atopen"])
+    return ctx

@@ -1,0 +1,197 @@
+"""The re-read's judgement, with held values (no server): whole-row identity, never the
+action_id alone; the pre-state means "did not land"; anything else goes to the planner."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from ctrlrun.errors import (
+    AmbiguousEffect,
+    AmbiguousWrite,
+    ApprovalMismatch,
+    DuplicateEffect,
+    DuplicateState,
+    InvalidArgument,
+    MismatchReason,
+)
+from ctrlrun.store.postgres.witness import Verdict, Witness, refusal
+
+NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+LEASE = NOW + timedelta(minutes=5)
+INSERT = {
+    "effect_key": "refund:p",
+    "state": "executing",
+    "action_id": "act_1",
+    "attempt": 1,
+    "created_at": NOW,
+    "updated_at": NOW,
+    "lease_expires_at": LEASE,
+    "write_token": "ours",
+}
+MOVE = {
+    "effect_key": "refund:p",
+    "state": "committed",
+    "updated_at": NOW + timedelta(seconds=1),
+    "lease_expires_at": None,
+    "result_json": '{"ok":1}',
+    "error": None,
+    "resolved_by": None,
+    "from_state": "executing",
+    "action_id": "act_1",
+    "attempt": 1,
+    "write_token": "ours-2",
+}
+
+
+def row(**changes):
+    base = {**INSERT, "result_json": None, "error": None, "resolved_by": None}
+    return {**base, **changes}
+
+
+def evidence(*writes):
+    witness = Witness()
+    for query, params in writes:
+        witness.saw(query, params, 1)
+    found = witness.evidence()
+    assert found is not None
+    return found
+
+
+class TestReservationInsert:
+    def test_our_row_column_for_column_is_ours(self):
+        found = evidence(("effect_insert", INSERT))
+        assert found.judge(row()) is Verdict.LANDED and found.branch(Verdict.LANDED) == "A1_OURS"
+
+    def test_no_row_means_it_did_not_land(self):
+        found = evidence(("effect_insert", INSERT))
+        assert found.judge(None) is Verdict.NOT_LANDED
+        assert found.branch(Verdict.NOT_LANDED) == "A1_REINSERT"
+
+    def test_a_twin_wearing_our_action_id_with_identical_columns_is_not_ours(self):
+        """Two attempts can share an action_id (and, with a frozen clock, every column)."""
+        found = evidence(("effect_insert", INSERT))
+        twin = row(write_token="theirs")
+        assert found.judge(twin) is Verdict.OTHER and found.branch(Verdict.OTHER) == "A1_REFUSE"
+        refused = refusal(found, twin, NOW, lambda v: v)
+        assert isinstance(refused, DuplicateEffect)
+        assert refused.state is DuplicateState.IN_PROGRESS
+
+    @pytest.mark.parametrize(
+        "changes",
+        [{"attempt": 2}, {"lease_expires_at": LEASE + timedelta(1)}, {"error": "x"}],
+    )
+    def test_any_other_column_that_differs_is_not_ours(self, changes):
+        assert evidence(("effect_insert", INSERT)).judge(row(**changes)) is Verdict.OTHER
+
+    def test_the_planner_refuses_what_it_finds_and_never_grants(self):
+        found = evidence(("effect_insert", INSERT))
+        ambiguous = row(state="ambiguous", write_token="theirs", lease_expires_at=None)
+        assert isinstance(refusal(found, ambiguous, NOW, lambda v: v), AmbiguousEffect)
+        failed = row(state="failed", write_token="theirs")  # the planner would renew it
+        refused = refusal(found, failed, NOW, lambda v: v)
+        assert isinstance(refused, DuplicateEffect)
+        assert refused.state is DuplicateState.IN_PROGRESS
+
+
+class TestTransitions:
+    def test_landed_unchanged_and_moved(self):
+        found = evidence(("effect_move", MOVE))
+        landed = row(
+            state="committed",
+            updated_at=MOVE["updated_at"],
+            lease_expires_at=None,
+            result_json='{"ok":1}',
+            write_token="ours-2",
+        )
+        assert found.judge(landed) is Verdict.LANDED
+        assert found.branch(Verdict.LANDED) == "A2_LANDED"
+        assert found.judge(row()) is Verdict.NOT_LANDED  # still executing, ours: re-issue
+        assert found.branch(Verdict.NOT_LANDED) == "A2_REISSUE"
+        moved = row(state="ambiguous", write_token="theirs", lease_expires_at=None)
+        assert found.judge(moved) is Verdict.OTHER
+        assert isinstance(refusal(found, moved, NOW, lambda v: v), AmbiguousEffect)
+        assert isinstance(refusal(found, None, NOW, lambda v: v), InvalidArgument)
+
+    def test_a_renewal_is_a_transition(self):
+        renew = {**INSERT, "attempt": 2, "action_id": "act_2", "from_attempt": 1}
+        found = evidence(("effect_renew", renew))
+        assert found.family == "A2"
+        assert found.judge(row(state="failed")) is Verdict.NOT_LANDED
+        assert found.judge(row(attempt=2, action_id="act_2")) is Verdict.LANDED
+
+    def test_first_pre_state_and_last_post_state(self):
+        second = {**MOVE, "from_state": "committed", "state": "failed", "write_token": "t3"}
+        found = evidence(("effect_move", MOVE), ("effect_move", second))
+        assert found.first.params is not found.last.params
+        assert found.judge(row()) is Verdict.NOT_LANDED
+        assert found.judge(row(state="committed", write_token="ours-2")) is Verdict.OTHER
+
+
+class TestOtherWitnesses:
+    def test_the_effect_row_settles_first_then_the_approval_then_the_receipt(self):
+        consume = {"approval_id": "apr_1", "consumed_at": NOW, "consumed_by": "act_1"}
+        receipt = {"receipt_id": "r", "seq": 1, "document": "{}", "hash": "h"}
+        witness = Witness()
+        witness.saw("receipt_insert", receipt, 1)
+        witness.saw("approval_consume", consume, 1)
+        assert witness.evidence().kind == "approval"
+        witness.saw("effect_insert", INSERT, 1)
+        assert witness.evidence().kind == "effect"
+        empty = Witness()
+        empty.saw("event_insert", {}, 1)
+        empty.saw("effect_insert", INSERT, 0)  # matched nothing: not a witness
+        assert empty.evidence() is None
+
+    def test_an_approval_answered_by_someone_else_is_refused_as_answered(self):
+        answer = {"approval_id": "apr_1", "status": "granted", "approver": "a", "answered_at": NOW}
+        found = evidence(("approval_answer", answer))
+        other = {
+            "approval_id": "apr_1",
+            "action_hash": "h",
+            "action_json": "{}",
+            "policy_hash": "p",
+            "status": "denied",
+            "created_at": NOW,
+            "expires_at": LEASE,
+            "approver": "b",
+            "answered_at": NOW,
+            "consumed_at": None,
+            "consumed_by": None,
+        }
+        assert found.judge({**other, "status": "pending"}) is Verdict.NOT_LANDED
+        assert found.judge(other) is Verdict.OTHER
+        refused = refusal(found, other, NOW, lambda v: v)
+        assert isinstance(refused, ApprovalMismatch)
+        assert refused.reason is MismatchReason.ANSWERED
+
+    def test_a_receipt_that_is_not_ours_is_unrecognised(self):
+        receipt = {"receipt_id": "r", "seq": 1, "document": "{}", "hash": "h"}
+        found = evidence(("receipt_insert", receipt))
+        assert found.judge({**receipt}) is Verdict.LANDED
+        assert found.judge({**receipt, "hash": "other"}) is Verdict.OTHER
+        assert isinstance(refusal(found, {}, NOW, lambda v: v), AmbiguousWrite)
+
+
+def test_an_approval_spent_by_someone_else_is_refused_as_consumed():
+    consume = {"approval_id": "apr_1", "consumed_at": NOW, "consumed_by": "act_1"}
+    found = evidence(("approval_consume", consume))
+    other = {"approval_id": "apr_1", "status": "consumed", "consumed_at": NOW, "consumed_by": "x"}
+    assert found.judge({**other, "status": "granted"}) is Verdict.NOT_LANDED
+    assert found.judge({**other, "consumed_by": "act_1"}) is Verdict.LANDED
+    assert found.judge(other) is Verdict.OTHER
+    refused = refusal(found, {**_approval_row(), **other}, NOW, lambda v: v)
+    assert isinstance(refused, ApprovalMismatch) and refused.reason is MismatchReason.CONSUMED
+
+
+def _approval_row():
+    return {
+        "action_hash": "h",
+        "action_json": "{}",
+        "policy_hash": "p",
+        "created_at": NOW,
+        "expires_at": LEASE,
+        "approver": "a",
+        "answered_at": NOW,
+    }

@@ -1,14 +1,14 @@
-"""Documents fixtures: a ``DocumentStore`` on a real SQLite file, or on the real Postgres test
-server (through ``support.pg_documents`` until the Postgres store lands on main)."""
+"""Documents fixtures: a ``DocumentStore`` on a real SQLite file, or on the real
+``PostgresStateStore`` in a private schema of the test server."""
 
 from __future__ import annotations
 
 import pytest
 
 from ctrlrun.documents.store import DocumentStore
+from ctrlrun.postgres import PostgresStateStore
 from ctrlrun.store.sqlite import SQLiteStateStore
 from support.http_server import Served
-from support.pg_documents import PgDocumentsStore
 
 
 @pytest.fixture
@@ -21,7 +21,7 @@ def sqlite_state(tmp_path):
 
 @pytest.fixture
 def pg_state(pg_schema):
-    state = PgDocumentsStore(pg_schema.url, pg_schema.schema)
+    state = PostgresStateStore(pg_schema.url, schema=pg_schema.schema)
     yield state
     state.close()
 

@@ -1,9 +1,10 @@
 """Durable fixtures: the same tests on a real SQLite file and on the real test Postgres.
 
 ``backend`` is parametrized: ``sqlite`` (a ``SQLiteStateStore`` on a file, with a clock the
-test moves) and ``postgres`` (``support.pg_durable.PgDurableStore`` in a private schema, on the
+test moves) and ``postgres`` (the real ``PostgresStateStore`` in a private schema, on the
 server's clock). Time never passes by sleeping: ``backend.lapse(...)`` moves one lease into the
-past (SQLite: relative to the injected clock; Postgres: relative to the server's ``now()``).
+past (SQLite: relative to the injected clock; Postgres: relative to the server's ``now()``),
+with test-only SQL run beside the store (``support.pg_sql``), never through it.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from typing import Any
 import pytest
 
 from ctrlrun._time import encode_instant
+from ctrlrun.postgres import PostgresStateStore
 from ctrlrun.store.sqlite import SQLiteStateStore
-from support.pg_durable import PgDurableStore
+from support import pg_sql
 
 
 class FakeClock:
@@ -37,6 +39,7 @@ class Backend:
     name: str
     store: Any
     clock: FakeClock | None = None
+    url: str = ""  # postgres: the server's URL (the store's own connections never serve tests)
 
     def sql(self, text: str, params: dict[str, Any] | None = None) -> list[Any]:
         """Run test SQL in its own transaction: ``{t}`` is the table prefix (schema on PG);
@@ -52,7 +55,7 @@ class Backend:
         import re
 
         pg = re.sub(r":([a-z_]+)", r"%(\1)s", text.replace("{t}", "{schema}."))
-        return self.store.execute(pg, params)
+        return pg_sql.execute(self.url, self.store.schema, pg, params)
 
     def lapse(self, table: str, id_column: str, value: str, column: str) -> None:
         """Move ``column`` of one row one second into the past of the store's clock."""
@@ -73,7 +76,7 @@ class Backend:
         """A second handle on the same database (its own connections), as another worker has."""
         if self.name == "sqlite":
             return SQLiteStateStore(self.store.path, clock=self.clock)
-        return PgDurableStore(self.store.url, self.store.schema, migrate=False)
+        return PostgresStateStore(self.url, schema=self.store.schema)
 
 
 @pytest.fixture
@@ -95,6 +98,6 @@ def backend(request, tmp_path, clock):
         yield Backend("sqlite", store, clock)
     else:
         schema = request.getfixturevalue("pg_schema")
-        store = PgDurableStore(schema.url, schema.schema)
-        yield Backend("postgres", store)
+        store = PostgresStateStore(schema.url, schema=schema.schema)
+        yield Backend("postgres", store, url=schema.url)
     store.close()

@@ -24,20 +24,20 @@ def make_steps(
     hang_in: str | None = None,
     inside: Any = None,
     fail_email: BaseException | None = None,
-    schema: str | None = None,
 ) -> Steps:
-    """The registry; ``schema`` set means the store is Postgres (the table lives there)."""
+    """The registry. A database step names its table with the transaction's ``schema`` on
+    Postgres (the store's schema), bare on SQLite (``schema`` is None there)."""
     steps = Steps()
 
     @steps.db("inventory.reserve")
     def reserve(ctx: Any) -> dict[str, Any]:
         item, qty = ctx.arguments["item"], ctx.arguments["qty"]
-        if schema is not None:
+        if ctx.schema is not None:
             from psycopg import sql
 
             ctx.connection.execute(
                 sql.SQL("INSERT INTO {}.inventory (item, qty) VALUES (%s, %s)").format(
-                    sql.Identifier(schema)
+                    sql.Identifier(ctx.schema)
                 ),
                 (item, qty),
             )

@@ -30,7 +30,7 @@ def app_connection(backend):
         conn.execute("CREATE TABLE IF NOT EXISTS orders (id INTEGER PRIMARY KEY)")
         conn.commit()
         return conn
-    conn = psycopg.connect(backend.store.url)
+    conn = psycopg.connect(backend.url)
     conn.execute(
         sql.SQL("CREATE TABLE {}.orders (id integer PRIMARY KEY)").format(
             sql.Identifier(backend.store.schema)
@@ -271,13 +271,13 @@ class TestParking:
 def test_postgres_claims_skip_locked_rows(pg_schema):
     """A claim holding its transaction open (the pause point) does not block another
     connection's claim: the second skips the locked row and takes the next one."""
-    from support.pg_durable import PgDurableStore
+    from ctrlrun.postgres import PostgresStateStore
 
-    store, other = PgDurableStore(pg_schema.url, pg_schema.schema), None
+    store, other = PostgresStateStore(pg_schema.url, schema=pg_schema.schema), None
     try:
         outbox = Outbox(store)
         first, second = outbox.enqueue("t", {"n": 1}), outbox.enqueue("t", {"n": 2})
-        other = PgDurableStore(pg_schema.url, pg_schema.schema, migrate=False)
+        other = PostgresStateStore(pg_schema.url, schema=pg_schema.schema)
         holding, release, got = threading.Event(), threading.Event(), {}
         a = Dispatcher(store, lambda m: None, batch=1)
 

@@ -39,8 +39,7 @@ def inventory(backend):
 
 
 def steps_for(backend, calls, **kwargs):
-    schema = backend.store.schema if backend.name == "postgres" else None
-    return make_steps(str(calls), schema=schema, **kwargs)
+    return make_steps(str(calls), **kwargs)
 
 
 def approved(store, *steps, ttl=timedelta(hours=1)):

@@ -4,7 +4,6 @@ the fault proxy), the branch names the store logs, and a counting executor."""
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -14,10 +13,12 @@ import pytest
 from ctrlrun.postgres import PostgresStateStore
 from support.pg import PgServer
 from support.pg_fixtures import PgSchema
+from support.pg_sql import wait_for_lock_waiter
 from support.pgbouncer import PgBouncer, start_pgbouncer
 from support.pgproxy import PgProxy
 
 KEY = "refund:pay_1"
+__all__ = ["KEY", "in_thread", "wait_for_lock_waiter"]
 
 
 @pytest.fixture
@@ -102,19 +103,3 @@ def in_thread(fn: Callable[[], Any]) -> Future[Any]:
     future = pool.submit(fn)
     pool.shutdown(wait=False)
     return future
-
-
-def wait_for_lock_waiter(server: PgServer, pattern: str, timeout: float = 30.0) -> None:
-    """Block until some backend whose query is LIKE ``pattern`` waits on a lock (a bounded
-    poll for a state, never a sleep to hit a race)."""
-    deadline = time.monotonic() + timeout
-    with server.connect() as conn:
-        while time.monotonic() < deadline:
-            found = conn.execute(
-                "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
-                [pattern],
-            ).fetchone()
-            if found:
-                return
-            time.sleep(0.01)
-    raise TimeoutError(f"no backend running {pattern!r} waited on a lock")

@@ -1,10 +1,12 @@
 """What the durable parts need from a store, and the small helpers they share.
 
 A durable part needs only the store's public extension point: ``dialect`` (which named-query
-files to read), ``transact(work)`` (one write transaction; on SQLite ``BEGIN IMMEDIATE``) and
-``read(work)``. Every ``*_in_txn`` function reads through the ``Txn``, decides with a pure kernel
-function, and writes with conditional statements whose row counts it checks. ``txn.now`` is the
-store's clock reading (on Postgres, the server's): every lease is stamped and compared on it.
+files to read), ``schema`` (the Postgres schema, for SQL run on a caller's own connection),
+``transact(work)`` (one write transaction, handed a ``DriverTxn``: on SQLite ``BEGIN
+IMMEDIATE``) and ``read(work)``. Every ``*_in_txn`` function reads through the ``Txn``,
+decides with a pure kernel function, and writes with conditional statements whose row counts
+it checks. ``txn.now`` is the store's clock reading (on Postgres, the server's): every lease is
+stamped and compared on it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any, Protocol, TypeVar
 from ctrlrun.canonical import canonical_text, plain
 from ctrlrun.errors import InvalidArgument
 from ctrlrun.store.ops import Txn
+from ctrlrun.store.protocol import DriverTxn
 
 T = TypeVar("T")
 
@@ -23,9 +26,17 @@ T = TypeVar("T")
 class DurableStore(Protocol):
     """The part of a ``StateStore`` the durable parts compose with."""
 
-    dialect: str
+    @property
+    def dialect(self) -> str:
+        """``"sqlite"`` or ``"postgres"``."""
+        ...
 
-    def transact(self, work: Callable[[Txn], T]) -> T:
+    @property
+    def schema(self) -> str | None:
+        """The Postgres schema; None on SQLite."""
+        ...
+
+    def transact(self, work: Callable[[DriverTxn], T]) -> T:
         """Run ``work`` in one write transaction."""
         ...
 

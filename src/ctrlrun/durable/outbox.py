@@ -49,7 +49,7 @@ class Outbox:
     def __init__(self, store: DurableStore) -> None:
         self.store = store
         self.dialect = store.dialect
-        self.schema: str | None = getattr(store, "schema", None)
+        self.schema = store.schema
 
     def enqueue_in_txn(
         self,

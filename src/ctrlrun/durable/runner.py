@@ -61,6 +61,7 @@ from ctrlrun.runtime.receipts import describe
 from ctrlrun.store.codec import result_json
 from ctrlrun.store.ops import Txn
 from ctrlrun.store.ops.evidence import put_receipt_in_txn
+from ctrlrun.store.protocol import DriverTxn
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,12 +73,19 @@ class StepContext:
     step_index: int
     action: str
     arguments: dict[str, Any]
-    txn: Txn
+    txn: DriverTxn
 
     @property
     def connection(self) -> Any:
-        """The driver connection of the step's transaction (sqlite3 or psycopg)."""
-        return getattr(self.txn, "connection")  # noqa: B009 - not part of the Txn protocol
+        """The driver connection of the step's transaction (sqlite3, or psycopg with rows as
+        dicts): write through it, never commit or roll it back (``DriverTxn``)."""
+        return self.txn.connection
+
+    @property
+    def schema(self) -> str | None:
+        """The Postgres schema to name every table with (``psycopg.sql.Identifier``); None
+        on SQLite."""
+        return self.txn.schema
 
     @property
     def token(self) -> str:
@@ -328,7 +336,7 @@ class PlanRunner:
     def _run_db_step(self, record: PlanRecord, index: int, handler: StepHandler) -> StepRecord:
         step = record.steps[index]
 
-        def work(txn: Txn) -> StepRecord:
+        def work(txn: DriverTxn) -> StepRecord:
             existing = self._beat_in_txn(txn, record, index)
             if existing is not None:
                 return existing

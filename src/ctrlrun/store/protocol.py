@@ -23,6 +23,29 @@ from ctrlrun.store.ops import Txn
 T = TypeVar("T")
 
 
+@runtime_checkable
+class DriverTxn(Txn, Protocol):
+    """A write transaction that also hands out its driver connection, for parts that run a
+    caller's own SQL inside it (durable database steps). Both stores' transactions are one.
+
+    What is written through ``connection`` commits or rolls back with the transaction; the
+    caller must not commit, roll back or close it. On Postgres it is an autocommit psycopg
+    connection inside an explicit ``BEGIN`` (rows as dicts) and every table must be named
+    with ``schema`` (``psycopg.sql.Identifier``); on SQLite it is the ``sqlite3`` connection
+    inside ``BEGIN IMMEDIATE`` and ``schema`` is None.
+    """
+
+    @property
+    def connection(self) -> Any:
+        """The driver connection this transaction runs on."""
+        ...
+
+    @property
+    def schema(self) -> str | None:
+        """The Postgres schema every statement names; None on SQLite."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class StartRequest:
     """Begin an attempt: consume ``approval`` and reserve ``effect_key``, in one transaction.
@@ -79,11 +102,16 @@ class StateStore(Protocol):
         ...
 
     @property
+    def schema(self) -> str | None:
+        """The Postgres schema the store lives in (every statement names it); None on SQLite."""
+        ...
+
+    @property
     def write_transactions(self) -> int:
         """How many write transactions this handle has committed."""
         ...
 
-    def transact(self, work: Callable[[Txn], T]) -> T:
+    def transact(self, work: Callable[[DriverTxn], T]) -> T:
         """Run ``work`` in one write transaction; kept refusals commit, others roll back."""
         ...
 

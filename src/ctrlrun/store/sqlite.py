@@ -34,7 +34,7 @@ from ctrlrun.store.ops import KeptRefusal, Txn
 from ctrlrun.store.ops.actions import finish_action_in_txn, record_in_txn, start_action_in_txn
 from ctrlrun.store.ops.approvals import answer_approval_in_txn, put_approval_request_in_txn
 from ctrlrun.store.ops.effects import begin_execution_in_txn, resolve_effect_in_txn
-from ctrlrun.store.protocol import FinishRequest, Started, StartRequest
+from ctrlrun.store.protocol import DriverTxn, FinishRequest, Started, StartRequest
 from ctrlrun.store.queries import load_queries, migration_files
 from ctrlrun.store.reads import StoreReads
 
@@ -79,6 +79,11 @@ class _Txn:
         """The driver connection this transaction runs on, for parts that hand a step its own
         SQL (durable plan steps): what it writes commits or rolls back with this transaction."""
         return self._conn
+
+    @property
+    def schema(self) -> None:
+        """SQLite has no schemas: tables are named bare."""
+        return None
 
 
 def check_sqlite_path(path: str | os.PathLike[str]) -> Path:
@@ -233,8 +238,9 @@ class SQLiteStateStore(StoreReads):
             raise StoreError(f"SQLite store {self.path}: {exc}") from exc
 
     dialect: Final = "sqlite"
+    schema: Final[str | None] = None  # SQLite has no schemas (the protocol's Postgres schema)
 
-    def transact(self, work: Callable[[Txn], T]) -> T:
+    def transact(self, work: Callable[[DriverTxn], T]) -> T:
         """Run ``work(txn)`` in one write transaction and return its result.
 
         ``KeptRefusal`` commits and raises its refusal; any other exception rolls back and

@@ -193,4 +193,4 @@ def open_engine(url: str, schema: str, clock: Clock | None, *, writing: bool) ->
     except BaseException:
         connections.close()
         raise
-    return Engine(connections, queries, clock=clock, where=where)
+    return Engine(connections, queries, clock=clock, schema=schema, where=where)

@@ -80,15 +80,17 @@ class Engine:
         queries: dict[str, str],
         *,
         clock: Clock | None,
+        schema: str,
         where: str,
     ) -> None:
         self.connections = connections
         self.queries = queries
         self.clock = clock
+        self.schema = schema
         self.where = where
         self.committed = 0
         self._commits = itertools.count(1)
-        self._recovery = Recovery(connections, queries, clock=clock)
+        self._recovery = Recovery(connections, queries, clock=clock, schema=schema)
 
     # --- writes --------------------------------------------------------------------------
 
@@ -203,7 +205,9 @@ class Engine:
             raise self._failed(operation, exc) from exc
 
     def _begin(self, conn: Connection, operation: str) -> PgTxn:
-        txn = PgTxn(conn, self.queries, now=self.clock() if self.clock else None)
+        txn = PgTxn(
+            conn, self.queries, schema=self.schema, now=self.clock() if self.clock else None
+        )
         try:
             txn.begin("txn_begin_clockless" if self.clock else "txn_begin")
         except BaseException as exc:
@@ -241,7 +245,7 @@ class Engine:
         """Run ``work`` outside any transaction (autocommit reads); ``StoreError`` on failure."""
         try:
             conn = self.connections.current()
-            txn = PgTxn(conn, self.queries, now_source=self.clock)
+            txn = PgTxn(conn, self.queries, schema=self.schema, now_source=self.clock)
             return work(txn)
         except psycopg.Error as exc:
             raise StoreError(f"{self.where}: read failed: {exc}") from exc

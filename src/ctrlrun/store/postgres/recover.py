@@ -35,11 +35,17 @@ class Recovery:
     """Settles lost COMMITs for one store handle."""
 
     def __init__(
-        self, connections: Connections, queries: dict[str, str], *, clock: Clock | None
+        self,
+        connections: Connections,
+        queries: dict[str, str],
+        *,
+        clock: Clock | None,
+        schema: str,
     ) -> None:
         self._connections = connections
         self._queries = queries
         self._clock = clock
+        self._schema = schema
 
     def settle(
         self, evidence: Evidence | None, operation: str, cause: BaseException | None
@@ -62,7 +68,12 @@ class Recovery:
                 operation=operation,
             ) from cause
         try:
-            txn = PgTxn(self._connections.fresh(), self._queries, now_source=self._clock)
+            txn = PgTxn(
+                self._connections.fresh(),
+                self._queries,
+                schema=self._schema,
+                now_source=self._clock,
+            )
             row = txn.one(evidence.read_query, evidence.read_params)
             verdict = evidence.judge(row)
             found = None

@@ -34,7 +34,7 @@ from ctrlrun.store.ops.approvals import answer_approval_in_txn, put_approval_req
 from ctrlrun.store.ops.effects import begin_execution_in_txn, resolve_effect_in_txn
 from ctrlrun.store.postgres.names import check_schema_name, load_driver
 from ctrlrun.store.postgres.skew import DEFAULT_THRESHOLD, ClockSkew, SkewSchedule, measure
-from ctrlrun.store.protocol import FinishRequest, Started, StartRequest
+from ctrlrun.store.protocol import DriverTxn, FinishRequest, Started, StartRequest
 from ctrlrun.store.reads import StoreReads
 
 if TYPE_CHECKING:
@@ -126,9 +126,11 @@ class PostgresStateStore(StoreReads):
         """The latest measurement of the application clock against the server's."""
         return self._skew
 
-    def transact(self, work: Callable[[Txn], T]) -> T:
+    def transact(self, work: Callable[[DriverTxn], T]) -> T:
         """Run ``work(txn)`` in one write transaction and return its result.
 
+        ``txn`` is a ``DriverTxn``: ``txn.connection`` and ``txn.schema`` let a caller's own
+        SQL (a durable database step) write inside the same transaction.
         ``KeptRefusal`` commits and raises its refusal; any other exception rolls back. Driver
         errors before the COMMIT took effect raise ``WriteFailed``. A COMMIT that went
         unanswered is settled by re-reading a row the transaction wrote that a re-read can

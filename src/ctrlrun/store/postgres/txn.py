@@ -8,6 +8,9 @@
   rest of the message, COMMIT included, and leaves the transaction open and failed.
 * Every effect write is stamped with this transaction's random ``write_token``, and every
   write a re-read can recognise is recorded in ``witness`` (see ``witness``).
+* ``connection`` hands the driver connection to a caller's own SQL (a durable database
+  step): the queued statements are sent first, so the caller's statements follow everything
+  the transaction did before them, and what it writes commits or rolls back with the rest.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ class PgTxn:
         "_now_source",
         "_pending",
         "_queries",
+        "_schema",
         "witness",
         "write_token",
     )
@@ -46,10 +50,12 @@ class PgTxn:
         conn: Connection,
         queries: Mapping[str, str],
         *,
+        schema: str,
         now: datetime | None = None,
         now_source: Callable[[], datetime] | None = None,
     ) -> None:
         self._conn = conn
+        self._schema = schema
         self._queries = queries
         self._cur = conn.cursor()
         self._client: psycopg.ClientCursor[Any] | None = None
@@ -100,6 +106,19 @@ class PgTxn:
     def ts(self, value: datetime | None) -> datetime | None:
         return value
 
+    @property
+    def connection(self) -> Connection:
+        """The psycopg connection this transaction runs on (autocommit, inside an explicit
+        ``BEGIN``; rows as dicts), after sending every queued statement. Write through it with
+        tables named in ``schema``; never commit, roll back or close it."""
+        self._flush()
+        return self._conn
+
+    @property
+    def schema(self) -> str:
+        """The store's schema: name every table with it (``psycopg.sql.Identifier``)."""
+        return self._schema
+
     @staticmethod
     def read_ts(value: Any) -> datetime:
         if not isinstance(value, datetime):
@@ -128,6 +147,13 @@ class PgTxn:
         return self._cur.statusmessage
 
     # --- helpers -------------------------------------------------------------------------
+
+    def _flush(self) -> None:
+        if self._pending:
+            statements, self._pending = self._pending, []
+            self._cur.execute("; ".join(statements))
+            while self._cur.nextset():
+                pass
 
     def _execute(self, query: str, params: Mapping[str, Any]) -> None:
         if not self._pending:

@@ -1,0 +1,50 @@
+"""Test-only SQL against one Postgres schema, from outside any store: raw statements with
+``{schema}`` composed by ``psycopg.sql.Identifier`` (as the store composes its own), and a
+bounded wait for a backend to queue on a lock.
+
+Shipping code has no such helper: a test that moves a lease into the past, creates an
+application table or reads a row as the database holds it does it here, on its own
+connection, never through a store.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
+
+from .pg import PgServer
+
+
+def compose(text: str, schema: str) -> sql.Composed:
+    """``text`` with every ``{schema}`` replaced by the quoted identifier ``schema``."""
+    return sql.SQL(text).format(schema=sql.Identifier(schema))  # type: ignore[arg-type]
+
+
+def execute(
+    url: str, schema: str, text: str, params: Mapping[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """Run ``text`` (``%(name)s`` parameters) in a transaction of its own; its rows as dicts."""
+    with psycopg.connect(url, row_factory=dict_row, connect_timeout=10) as conn:
+        cursor = conn.execute(compose(text, schema), dict(params or {}))
+        return cursor.fetchall() if cursor.description else []
+
+
+def wait_for_lock_waiter(server: PgServer, pattern: str, timeout: float = 30.0) -> None:
+    """Block until some backend whose query is LIKE ``pattern`` waits on a lock (a bounded
+    poll for a state, never a sleep to hit a race)."""
+    deadline = time.monotonic() + timeout
+    with server.connect() as conn:
+        while time.monotonic() < deadline:
+            found = conn.execute(
+                "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
+                [pattern],
+            ).fetchone()
+            if found:
+                return
+            time.sleep(0.01)
+    raise TimeoutError(f"no backend running {pattern!r} waited on a lock")

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from ctrlrun.errors import (
+    AmbiguityReason,
     AmbiguousEffect,
     AmbiguousWrite,
     ApprovalMismatch,
@@ -195,3 +196,104 @@ def _approval_row():
         "approver": "a",
         "answered_at": NOW,
     }
+
+
+SAVE = {
+    "doc_id": "d",
+    "version": 3,
+    "expected_version": 2,
+    "content": '{"n":3}',
+    "content_hash": "sha256:three",
+    "saved_at": NOW,
+    "writer": "alice/tab",
+}
+
+
+def _document(**changes):
+    base = {
+        "doc_id": "d",
+        "kind": "json",
+        "version": 3,
+        "content": '{"n":3}',
+        "content_hash": "sha256:three",
+        "created_at": NOW - timedelta(hours=1),
+        "updated_at": NOW,
+        "updated_by": "alice/tab",
+    }
+    return {**base, **changes}
+
+
+class TestDocuments:
+    def test_a_save_is_ours_by_version_digest_writer_and_instant(self):
+        found = evidence(("document_update", SAVE), ("document_version_insert", SAVE))
+        assert (found.kind, found.read_query, found.read_params) == (
+            "document",
+            "document_get",
+            {"doc_id": "d"},
+        )
+        assert found.judge(_document()) is Verdict.LANDED
+        assert found.branch(Verdict.LANDED) == "A2_LANDED"
+
+    def test_still_at_the_base_version_did_not_land(self):
+        found = evidence(("document_update", SAVE))
+        assert found.judge(_document(version=2, content_hash="sha256:two")) is Verdict.NOT_LANDED
+
+    @pytest.mark.parametrize(
+        "changes",
+        [
+            {"version": 4, "content_hash": "sha256:four"},  # ours may lie underneath
+            {"updated_by": "bob/tab"},  # another writer's save of the same content
+            {"updated_at": NOW + timedelta(microseconds=1)},
+        ],
+    )
+    def test_anything_else_is_unknown_never_a_conflict_or_a_success(self, changes):
+        found = evidence(("document_update", SAVE))
+        moved = _document(**changes)
+        assert found.judge(moved) is Verdict.OTHER
+        unknown = refusal(found, moved, NOW, lambda v: v)
+        assert (
+            isinstance(unknown, AmbiguousWrite) and unknown.reason is AmbiguityReason.UNRECOGNISED
+        )
+
+    def test_a_create_is_an_insert(self):
+        create = {**SAVE, "kind": "json"}
+        del create["version"], create["expected_version"]
+        found = evidence(("document_insert", create))
+        assert found.family == "A1"
+        assert found.judge(None) is Verdict.NOT_LANDED
+        assert found.judge(_document(version=1)) is Verdict.LANDED
+        assert found.judge(_document(version=1, kind="json-object")) is Verdict.OTHER
+
+
+SETTLE = {"message_id": "msg_1", "attempts": 2, "status": "sent", "error": None, "now": NOW}
+
+
+def _message(**changes):
+    base = {
+        "message_id": "msg_1",
+        "status": "sent",
+        "attempts": 2,
+        "last_error": None,
+        "lease_expires_at": None,
+    }
+    return {**base, **changes}
+
+
+class TestOutboxSettle:
+    def test_settled_by_this_claim_still_processing_or_moved_on(self):
+        found = evidence(("outbox_settle", SETTLE))
+        assert found.kind == "outbox" and found.family == "A2"
+        assert found.judge(_message()) is Verdict.LANDED
+        assert found.judge(_message(status="processing", lease_expires_at=LEASE)) is (
+            Verdict.NOT_LANDED
+        )
+        reclaimed = _message(status="processing", attempts=3, lease_expires_at=LEASE)
+        assert found.judge(reclaimed) is Verdict.OTHER
+        assert isinstance(refusal(found, reclaimed, NOW, lambda v: v), AmbiguousWrite)
+
+    def test_a_claim_that_reclaimed_several_messages_is_judged_on_one(self):
+        other = {**SETTLE, "message_id": "msg_2", "status": "pending", "error": "lapsed"}
+        found = evidence(("outbox_settle", SETTLE), ("outbox_settle", other))
+        assert found.read_params == {"message_id": "msg_1"}
+        assert found.last.params["message_id"] == "msg_1"
+        assert found.judge(_message()) is Verdict.LANDED

@@ -134,8 +134,9 @@ class PostgresStateStore(StoreReads):
         ``KeptRefusal`` commits and raises its refusal; any other exception rolls back. Driver
         errors before the COMMIT took effect raise ``WriteFailed``. A COMMIT that went
         unanswered is settled by re-reading a row the transaction wrote that a re-read can
-        recognise (an effect, an approval, a receipt): landed → ``work``'s result; not landed →
-        ``work`` runs once more in a new transaction; otherwise ``AmbiguousWrite``.
+        recognise (an effect, an approval, a document, an outbox settle, a receipt): landed →
+        ``work``'s result; not landed → ``work`` runs once more in a new transaction;
+        otherwise, or when it wrote none of those, ``AmbiguousWrite``.
         """
         return self._engine.write(work, operation="transact")
 

@@ -3,8 +3,9 @@
 A Postgres transaction is atomic, so one row it wrote settles the whole of it. ``PgTxn`` records
 every write a re-read can recognise (``Witness.saw``); after a COMMIT whose answer never came,
 ``Witness.evidence`` picks the row to re-read — the effect record if the transaction wrote
-one, else the approval, else the receipt — and ``judge`` compares what the re-read found with
-what was written, column for column:
+one, else the approval, else the document (its create or its compare-and-swap), else the
+outbox message (its fenced settle), else the receipt (a plan step's, too) — and ``judge``
+compares what the re-read found with what was written, column for column:
 
 * the row is exactly as this transaction left it → ``LANDED`` (``A1_OURS`` / ``A2_LANDED``);
 * the row is as it was before (absent, for an insert) → ``NOT_LANDED``: the same transaction
@@ -46,7 +47,11 @@ APPROVAL_WRITES: Final = frozenset(
     {"approval_insert", "approval_answer", "approval_consume", "approval_set_status"}
 )
 RECEIPT_WRITES: Final = frozenset({"receipt_insert"})
-INSERTS: Final = frozenset({"effect_insert", "approval_insert", "receipt_insert"})
+DOCUMENT_WRITES: Final = frozenset({"document_insert", "document_update"})
+OUTBOX_WRITES: Final = frozenset({"outbox_settle"})
+INSERTS: Final = frozenset(
+    {"effect_insert", "approval_insert", "receipt_insert", "document_insert"}
+)
 
 
 class Verdict(StrEnum):
@@ -126,18 +131,23 @@ class Witness:
             self.writes.append(Write(query, dict(params)))
 
     def evidence(self) -> Evidence | None:
-        """The row that settles this transaction, or None if it wrote none."""
+        """The row that settles this transaction, or None if it wrote none. Its first and
+        last writes are both to that one row (a claim that reclaimed several messages is
+        settled by the first of them)."""
         for kind, queries, read_query, key in _PRIORITY:
             writes = [w for w in self.writes if w.query in queries]
             if writes:
                 first = writes[0]
-                return Evidence(kind, read_query, {key: first.params[key]}, first, writes[-1])
+                same_row = [w for w in writes if w.params[key] == first.params[key]]
+                return Evidence(kind, read_query, {key: first.params[key]}, first, same_row[-1])
         return None
 
 
 _PRIORITY: Final = (
     ("effect", EFFECT_WRITES, "effect_get", "effect_key"),
     ("approval", APPROVAL_WRITES, "approval_get", "approval_id"),
+    ("document", DOCUMENT_WRITES, "document_get", "doc_id"),
+    ("outbox", OUTBOX_WRITES, "outbox_get", "message_id"),
     ("receipt", RECEIPT_WRITES, "receipt_get", "receipt_id"),
 )
 
@@ -172,6 +182,30 @@ def _effect_moved(p: Params, row: Row | None) -> bool:
     return _same(p, row, columns) and resolver_kept
 
 
+def _document_saved(p: Params, row: Row | None, version: int) -> bool:
+    """The document as this save left it: the version, the content's digest, the writer and
+    the transaction's own instant (``saved_at``)."""
+    return (
+        row is not None
+        and row["version"] == version
+        and row["content_hash"] == p["content_hash"]
+        and row["updated_by"] == p["writer"]
+        and row["updated_at"] == p["saved_at"]
+    )
+
+
+def _outbox_settled(p: Params, row: Row | None) -> bool:
+    """The message as this claim's settle left it: still this claim's attempts, the settled
+    status and error, the lease cleared (only ``outbox_resolve`` moves it on from there)."""
+    return (
+        row is not None
+        and row["status"] == p["status"]
+        and row["attempts"] == p["attempts"]
+        and row["last_error"] == p["error"]
+        and row["lease_expires_at"] is None
+    )
+
+
 _LANDED: Final[dict[str, Callable[[Params, Row | None], bool]]] = {
     "effect_insert": _effect_inserted,
     "effect_renew": _effect_renewed,
@@ -185,6 +219,11 @@ _LANDED: Final[dict[str, Callable[[Params, Row | None], bool]]] = {
     ),
     "approval_set_status": lambda p, row: _same(p, row, ("status",)),
     "receipt_insert": lambda p, row: _same(p, row, ("seq", "document", "hash")),
+    "document_insert": lambda p, row: (
+        _document_saved(p, row, 1) and (row or {}).get("kind") == p["kind"]
+    ),
+    "document_update": lambda p, row: _document_saved(p, row, int(p["version"])),
+    "outbox_settle": _outbox_settled,
 }
 
 # --- "before": the row as the write found it ----------------------------------------------
@@ -205,6 +244,13 @@ _UNCHANGED: Final[dict[str, Callable[[Params, Row | None], bool]]] = {
     "approval_consume": lambda p, row: row is not None and row["status"] == "granted",
     "approval_set_status": lambda p, row: row is not None and row["status"] == p["from_status"],
     "receipt_insert": lambda p, row: row is None,
+    "document_insert": lambda p, row: row is None,
+    # versions only grow: still at the base version means no save landed since, ours included
+    "document_update": lambda p, row: row is not None and row["version"] == p["expected_version"],
+    # still claimed by this claim: nobody (neither we nor a reclaim) has settled it
+    "outbox_settle": lambda p, row: (
+        row is not None and row["status"] == "processing" and row["attempts"] == p["attempts"]
+    ),
 }
 
 
@@ -258,6 +304,8 @@ def refusal(evidence: Evidence, row: Row | None, now: datetime, read_ts: Any) ->
             reason=reason,
             approval_id=approval_id,
         )
+    # A document or message that moved on, or a receipt not ours: ours may have landed and
+    # been overtaken, or never landed. Only unknown is true.
     return AmbiguousWrite(
         f"the re-read found a {evidence.kind} row that is neither this write's nor the one it"
         " replaced",

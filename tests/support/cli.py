@@ -8,6 +8,7 @@ import traceback
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
@@ -60,13 +61,24 @@ def usage(result: Result, fragment: str) -> None:
 
 
 class Scene:
-    """A project's store, written by real protected calls through ``Control``."""
+    """A project's store, written by real protected calls through ``Control``: the SQLite file
+    under ``root``, or whatever ``opener(clock)`` opens (then ``url`` names it)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        opener: Callable[[Clock], Any] | None = None,
+        url: str | None = None,
+    ) -> None:
         self.root = root
         self.path = root / ".ctrlrun" / "state.db"
         self.clock = Clock()
-        self.store = ctrlrun.SQLiteStateStore(self.path, clock=self.clock)
+        self._url = url
+        if opener is None:
+            self.store = ctrlrun.SQLiteStateStore(self.path, clock=self.clock)
+        else:
+            self.store = opener(self.clock)
         self.control = ctrlrun.Control(
             ctrlrun.Policy.from_yaml(POLICY), self.store, clock=self.clock
         )
@@ -87,7 +99,7 @@ class Scene:
 
     @property
     def url(self) -> str:
-        return f"sqlite://{self.path}"
+        return self._url or f"sqlite://{self.path}"
 
     def refund(self, payment_id: str, amount: int, *, approval: str | None = None):
         """Run the protected refund; return its value or the exception it raised."""

@@ -48,3 +48,31 @@ def wait_for_lock_waiter(server: PgServer, pattern: str, timeout: float = 30.0) 
                 return
             time.sleep(0.01)
     raise TimeoutError(f"no backend running {pattern!r} waited on a lock")
+
+
+def schemas_like(server: PgServer, prefix: str) -> list[str]:
+    """The schemas whose name starts with ``prefix`` (what a scratch run may have left)."""
+    with server.connect() as conn:
+        rows = conn.execute(
+            "SELECT nspname FROM pg_namespace WHERE starts_with(nspname, %s) ORDER BY 1",
+            [prefix],
+        ).fetchall()
+    return [str(row[0]) for row in rows]
+
+
+def objects_in(server: PgServer, schema: str) -> list[tuple[str, str]]:
+    """Every relation, function, type and trigger in ``schema``, by kind and name."""
+    with server.connect() as conn:
+        rows = conn.execute(
+            "SELECT 'relation ' || relkind::text, relname::text FROM pg_class"
+            "  WHERE relnamespace = %(s)s::regnamespace"
+            " UNION ALL SELECT 'function', proname::text FROM pg_proc"
+            "  WHERE pronamespace = %(s)s::regnamespace"
+            " UNION ALL SELECT 'type', typname::text FROM pg_type"
+            "  WHERE typnamespace = %(s)s::regnamespace"
+            " UNION ALL SELECT 'trigger', t.tgname::text FROM pg_trigger t"
+            "  JOIN pg_class c ON c.oid = t.tgrelid WHERE c.relnamespace = %(s)s::regnamespace"
+            " ORDER BY 1, 2",
+            {"s": schema},
+        ).fetchall()
+    return [(str(kind), str(name)) for kind, name in rows]

@@ -97,6 +97,26 @@ def test_the_commit_window_blocks_inside_commit_and_the_kill_lands(scratch):
     assert rows(scratch) == 1
 
 
+def test_the_commit_window_finds_a_commit_sent_with_the_statements_before_it(scratch):
+    """The store sends its last statements in one message with the COMMIT; a long one is
+    truncated in pg_stat_activity, so the window must not read the query text."""
+    window = _KillAtCommit(SimpleNamespace(scratch=scratch))
+    conn = store_like_connection(scratch)
+    conn.autocommit = True
+    filler = "x" * 4000
+    try:
+        conn.execute("BEGIN")
+        window.fire()
+        with pytest.raises(psycopg.OperationalError):
+            conn.execute(
+                f"SELECT '{filler}'; INSERT INTO \"{scratch.schema}\".receipts VALUES (3); COMMIT"
+            )
+    finally:
+        window.close()
+        conn.close()
+    assert window.hit and rows(scratch) == 0
+
+
 def test_the_commit_window_reports_a_miss(scratch, monkeypatch):
     import ctrlrun.verify.commit as commit
 

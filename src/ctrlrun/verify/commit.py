@@ -9,10 +9,12 @@ schema, from a separate session:
   ``application_name``), so the outcome transaction meets a dead connection.
 * **at COMMIT**: a deferred constraint trigger on the scratch ``receipts`` table takes an
   advisory lock that verify holds, so the outcome transaction blocks *inside its COMMIT*
-  (the client has sent COMMIT and awaits the reply). Verify sees the backend waiting on that
-  lock with ``COMMIT`` as its query, terminates it, then releases the lock. The transaction
-  does not land and the client's COMMIT gets no answer: for the store, the outcome of its
-  COMMIT is unknown.
+  (the client has sent COMMIT and awaits the reply). Verify sees the store's backend waiting
+  for that very lock — which only the deferred trigger takes, and only COMMIT fires it (the
+  query text cannot tell: the store sends its last statements in one message with the
+  COMMIT, and a long message is truncated in ``pg_stat_activity``) — terminates it, then
+  releases the lock. The transaction does not land and the client's COMMIT gets no answer:
+  for the store, the outcome of its COMMIT is unknown.
 
 In both windows the call must end either *held* (the outcome recorded after the store
 reconnected and re-read, or the record left EXECUTING for its lease to make AMBIGUOUS) or
@@ -45,6 +47,12 @@ HOLD_SQL: Final = (
     " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION {s}.ctrlrun_verify_hold()",
 )
 UNHOLD_SQL: Final = ("DROP TRIGGER ctrlrun_verify_hold ON {s}.receipts",)
+WAITING_FOR_KEY: Final = (
+    "pid IN (SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+    " AND classid = %s::oid AND objid = %s::oid AND objsubid = 1)"
+)
+"""A backend queued on verify's bigint advisory key (pg_locks splits it into two 32-bit
+halves; ``objsubid = 1`` marks a bigint key)."""
 
 
 def lost_commit_never_failed(lab: Lab) -> Passed:
@@ -112,18 +120,18 @@ class _Window:
     def close(self) -> None:
         self.admin.close()
 
-    def terminate(self, condition: str) -> int:
+    def terminate(self, condition: str = "true", *params: Any) -> int:
         rows = self.admin.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
             f" WHERE application_name = %s AND pid <> pg_backend_pid() AND {condition}",
-            [self.lab.scratch.application_name],  # type: ignore[attr-defined]
+            [self.lab.scratch.application_name, *params],  # type: ignore[attr-defined]
         ).fetchall()
         return sum(1 for (done,) in rows if done)
 
 
 class _KillNow(_Window):
     def fire(self) -> None:
-        self.hit = self.terminate("true") > 0
+        self.hit = self.terminate() > 0
         self.note = "no backend of the store was connected"
 
 
@@ -145,11 +153,8 @@ class _KillAtCommit(_Window):
 
     def _watch(self) -> None:
         deadline = time.monotonic() + WAIT
-        condition = (
-            "wait_event_type = 'Lock' AND wait_event = 'advisory' AND query ILIKE 'commit%%'"
-        )
         while time.monotonic() < deadline and not self.hit:
-            self.hit = self.terminate(condition) > 0
+            self.hit = self.terminate(WAITING_FOR_KEY, self.key >> 32, self.key & 0xFFFFFFFF) > 0
             time.sleep(0.005)
         self.note = "no backend of the store ever waited inside COMMIT"
         self.admin.execute("SELECT pg_advisory_unlock(%s)", [self.key])

@@ -254,10 +254,11 @@ class PostgresStateStore(StoreReads):
             if skew.exceeded:
                 log.warning(
                     "ctrlrun.postgres: the application clock is %s %s from the database's"
-                    " (±%s); leases follow the database's clock",
+                    " (±%s); leases follow %s",
                     "ahead" if skew.skew > timedelta(0) else "behind",
                     abs(skew.skew),
                     skew.bound,
+                    "the clock this store was given" if self._engine.clock else "the database's",
                     extra={"trigger": trigger, "effect_key": effect_key},
                 )
                 if self._writing:

@@ -42,19 +42,26 @@ def contend(store_url: str, policy: str, calls: str, barrier: Any, results: Any)
             results.put((os.getpid(), f"error:{type(exc).__name__}:{exc}"))
 
 
-def race(ctx: Any, store_url: str, policy: Path, calls: Path, n: int = 8) -> list[str]:
-    """Run ``n`` racers from multiprocessing context ``ctx``; their sorted answers. Asserts
-    that every child exited cleanly, answered once, and that exactly one executed."""
+def run_racers(ctx: Any, target: Any, args: tuple[Any, ...], n: int) -> list[tuple[int, Any]]:
+    """Start ``n`` processes of ``target(*args, barrier, results)`` from ``ctx``, all before
+    any is collected; their ``(pid, answer)``. Asserts that each exited cleanly and answered
+    once from a process of its own."""
     barrier, results = ctx.Barrier(n), ctx.Queue()
-    args = (store_url, str(policy), str(calls), barrier, results)
-    workers = [ctx.Process(target=contend, args=args) for _ in range(n)]
+    workers = [ctx.Process(target=target, args=(*args, barrier, results)) for _ in range(n)]
     for worker in workers:
         worker.start()
     outcomes = [results.get(timeout=90) for _ in workers]
     for worker in workers:
         worker.join(timeout=30)
     assert all(worker.exitcode == 0 for worker in workers)
-    assert len({pid for pid, _ in outcomes}) == n
+    assert len({pid for pid, _ in outcomes}) == n and os.getpid() not in dict(outcomes)
+    return outcomes
+
+
+def race(ctx: Any, store_url: str, policy: Path, calls: Path, n: int = 8) -> list[str]:
+    """Run ``n`` racers from multiprocessing context ``ctx``; their sorted answers. Asserts
+    that every child exited cleanly, answered once, and that exactly one executed."""
+    outcomes = run_racers(ctx, contend, (store_url, str(policy), str(calls)), n)
     assert os.listdir(calls) == ["executed"]
     answers = sorted(answer for _, answer in outcomes)
     assert answers.count("refunded") == 1, answers

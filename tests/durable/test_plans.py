@@ -1,5 +1,6 @@
-"""Approved plans on a real SQLite file and the real test Postgres (``backend``); external
-steps through ``Control`` and SIGKILL mid-step on SQLite (the effect kernel's store)."""
+"""Approved plans on a real SQLite file and the real test Postgres (``backend``), external
+steps through ``Control`` included; SIGKILL mid-step and four racing processes on SQLite
+(eight racing processes on Postgres: ``test_races_postgres.py``)."""
 
 from __future__ import annotations
 
@@ -218,50 +219,45 @@ class TestExecution:
 
 class TestExternalSteps:
     @pytest.fixture
-    def control(self, sqlite_backend, clock):
-        sqlite_backend.sql(INVENTORY_SQLITE)
-        return Control(Policy.from_yaml(POLICY), sqlite_backend.store, clock=clock)
+    def control(self, inventory):
+        """``Control`` on the backend's store: the test's clock on SQLite; on Postgres the
+        store's leases follow the server's clock (the control's clock stamps receipts)."""
+        return Control(Policy.from_yaml(POLICY), inventory.store, clock=inventory.clock)
 
-    def test_an_external_step_goes_through_the_effect_kernel(self, sqlite_backend, control, calls):
-        plan = approved(sqlite_backend.store, RESERVE, EMAIL)
-        runner = PlanRunner(sqlite_backend.store, make_steps(str(calls)), control=control)
+    def test_an_external_step_goes_through_the_effect_kernel(self, inventory, control, calls):
+        plan = approved(inventory.store, RESERVE, EMAIL)
+        runner = PlanRunner(inventory.store, make_steps(str(calls)), control=control)
         outcome = runner.run(plan.plan_id)
         assert outcome.ok and outcome.receipts[1].effect_key == f"plan:{plan.plan_id}:1"
-        effect = sqlite_backend.store.get_effect(f"plan:{plan.plan_id}:1")
+        effect = inventory.store.get_effect(f"plan:{plan.plan_id}:1")
         assert effect.state is EffectState.COMMITTED
-        report = sqlite_backend.store.verify_chain()
+        report = inventory.store.verify_chain()
         assert report.ok and report.total == 3  # two step receipts + the action's receipt
         assert runner.run(plan.plan_id).ran == () and marks(calls, "email-") == [
             "email-ops@example.com"
         ]
 
-    def test_an_unknown_outcome_is_ambiguous_and_stops_the_plan(
-        self, sqlite_backend, control, calls
-    ):
-        plan = approved(sqlite_backend.store, EMAIL, RESERVE)
+    def test_an_unknown_outcome_is_ambiguous_and_stops_the_plan(self, inventory, control, calls):
+        plan = approved(inventory.store, EMAIL, RESERVE)
         steps = make_steps(str(calls), fail_email=TimeoutError("no reply"))
-        outcome = PlanRunner(sqlite_backend.store, steps, control=control).run(plan.plan_id)
+        outcome = PlanRunner(inventory.store, steps, control=control).run(plan.plan_id)
         assert outcome.plan.status is PlanStatus.FAILED
         assert [r.result for r in outcome.receipts] == [StepResult.AMBIGUOUS]
-        assert sqlite_backend.store.get_effect(f"plan:{plan.plan_id}:0").state is (
-            EffectState.AMBIGUOUS
-        )
-        assert inventory_rows(sqlite_backend) == []
+        assert inventory.store.get_effect(f"plan:{plan.plan_id}:0").state is (EffectState.AMBIGUOUS)
+        assert inventory_rows(inventory) == []
 
-    def test_not_executed_is_a_failed_step(self, sqlite_backend, control, calls):
-        plan = approved(sqlite_backend.store, EMAIL)
+    def test_not_executed_is_a_failed_step(self, inventory, control, calls):
+        plan = approved(inventory.store, EMAIL)
         steps = make_steps(str(calls), fail_email=NotExecuted("smtp down"))
-        outcome = PlanRunner(sqlite_backend.store, steps, control=control).run(plan.plan_id)
+        outcome = PlanRunner(inventory.store, steps, control=control).run(plan.plan_id)
         assert [r.result for r in outcome.receipts] == [StepResult.FAILED]
         assert "smtp down" in outcome.receipts[0].error
 
-    def test_a_paused_external_step_is_fenced_after_a_heal(
-        self, sqlite_backend, control, clock, calls
-    ):
-        """A is paused inside the external call; its heartbeat lapses; B heals and resumes:
-        the effect key is held, so B records the step AMBIGUOUS (never calls again); A's
-        late receipt is refused by the fence."""
-        plan = approved(sqlite_backend.store, EMAIL)
+    def test_a_paused_external_step_is_fenced_after_a_heal(self, inventory, control, calls):
+        """A is paused inside the external call; its heartbeat lapses (its effect lease does
+        not); B heals and resumes: the effect key is held, so B records the step AMBIGUOUS
+        (never calls again); A's late receipt is refused by the fence."""
+        plan = approved(inventory.store, EMAIL)
         inside, release, results = threading.Event(), threading.Event(), {}
         steps = make_steps(str(calls))
         send = steps.get("email.send").fn
@@ -275,7 +271,7 @@ class TestExternalSteps:
         from ctrlrun.durable.runner import StepHandler, StepKind
 
         steps._handlers["email.send"] = StepHandler(StepKind.EXTERNAL, paused_send)
-        a = PlanRunner(sqlite_backend.store, steps, control=control, worker="A")
+        a = PlanRunner(inventory.store, steps, control=control, worker="A")
 
         def run_a():
             try:
@@ -286,9 +282,12 @@ class TestExternalSteps:
         thread = threading.Thread(target=run_a)
         thread.start()
         assert inside.wait(timeout=30)
-        clock.advance(timedelta(minutes=3))  # past the 120 s heartbeat, inside the 5 min lease
-        other = sqlite_backend.fresh()
-        b_control = Control(Policy.from_yaml(POLICY), other, clock=clock)
+        if inventory.name == "sqlite":
+            inventory.clock.advance(timedelta(minutes=3))  # past the 120 s heartbeat only
+        else:
+            inventory.lapse("plans", "plan_id", plan.plan_id, "heartbeat_expires_at")
+        other = inventory.fresh()
+        b_control = Control(Policy.from_yaml(POLICY), other, clock=inventory.clock)
         outcome = PlanRunner(other, make_steps(str(calls)), control=b_control, worker="B").run(
             plan.plan_id
         )
@@ -297,7 +296,7 @@ class TestExternalSteps:
         thread.join(timeout=30)
         assert isinstance(results["a"], ClaimLost)
         assert marks(calls, "email-") == ["email-ops@example.com"]
-        assert Plans(sqlite_backend.store).get(plan.plan_id).status is PlanStatus.FAILED
+        assert Plans(inventory.store).get(plan.plan_id).status is PlanStatus.FAILED
         other.close()
 
 

@@ -1,7 +1,7 @@
-"""Verify's Postgres side, on a real server, as far as it runs without the Postgres store
-(which is not on this branch): the CREATE probe refuses naming the reason and leaves no
-schema behind, and the two G11 windows really open — the injector is tested before anything
-relies on it."""
+"""Verify's Postgres machinery on a real server, each part on its own: the CREATE probe refuses
+naming the reason and leaves no schema behind, and the two G11 windows really open — the
+injector is tested before anything relies on it. (The full run on the real store is
+``test_verify_postgres.py``.)"""
 
 from __future__ import annotations
 

@@ -61,7 +61,7 @@ class TestEnqueue:
         assert outbox.list() == ()
         assert backend.sql("SELECT count(*) AS n FROM {t}orders")[0]["n"] == 0
         insert_order(backend, conn, 2)
-        message_id = outbox.enqueue_in_txn(conn, "order.created", {"order": 2})
+        message_id = outbox.enqueue("order.created", {"order": 2}, conn=conn)  # same, by keyword
         assert outbox.get(message_id) is None  # not visible before the caller commits
         conn.commit()
         assert [m.payload for m in outbox.list()] == [{"order": 2}]
@@ -80,10 +80,16 @@ class TestEnqueue:
         assert sorted(m.payload["n"] for m in outbox.list()) == [1, 3]
         conn.close()
 
-    def test_an_autocommit_connection_is_refused(self, sqlite_backend):
-        conn = sqlite3.connect(sqlite_backend.store.path, isolation_level=None)
+    def test_an_autocommit_connection_is_refused(self, backend):
+        if backend.name == "sqlite":
+            conn = sqlite3.connect(backend.store.path, isolation_level=None)
+        else:
+            conn = psycopg.connect(backend.url, autocommit=True)
+        outbox = Outbox(backend.store)
         with pytest.raises(InvalidArgument, match="autocommit"):
-            Outbox(sqlite_backend.store).enqueue_in_txn(conn, "t", {})
+            outbox.enqueue("t", {}, conn=conn)
+        conn.close()
+        assert outbox.list() == ()  # refused before anything was written
 
     def test_floats_are_refused(self, sqlite_backend):
         with pytest.raises(InvalidArgument, match="float"):

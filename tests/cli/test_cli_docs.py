@@ -56,7 +56,10 @@ def test_every_command_is_shown_running_somewhere():
     assert {command.name for command in COMMANDS} <= shown
 
 
-@pytest.mark.parametrize("name", PAGES)
+LINKED = sorted({*PAGES, *(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md"))})
+
+
+@pytest.mark.parametrize("name", LINKED)
 def test_local_links_resolve(name):
     page = ROOT / name
     for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", page.read_text()):

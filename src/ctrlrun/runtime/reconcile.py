@@ -41,7 +41,14 @@ def ask(hook: Reconcile, effect_key: str) -> tuple[str, dict[str, Any]]:
 
 def reconcile_blocked(store: Any, action: Action, effect_key: str, hook: Reconcile) -> bool:
     """Consult ``hook`` about the AMBIGUOUS ``effect_key``; True iff the record was resolved
-    (or moved meanwhile), so that one more reservation attempt is worth making."""
+    (or moved meanwhile), so that one more reservation attempt is worth making.
+
+    The answer settles only the attempt that was AMBIGUOUS before the hook was asked: by the
+    time it answers, that attempt may have been resolved, the key re-reserved and a *new*
+    attempt left AMBIGUOUS, which the hook was never asked about and may have executed.
+    """
+    before = store.get_effect(effect_key)
+    asked = before.attempt if before is not None else None
     answer, detail = ask(hook, effect_key)
     events = (
         EventDraft(
@@ -61,8 +68,12 @@ def reconcile_blocked(store: Any, action: Action, effect_key: str, hook: Reconci
     target = _TARGETS.get(answer)
     if target is None:
         return False
+    if asked is None:
+        return True  # nothing was AMBIGUOUS to settle: the record went away or never was
     try:
-        store.resolve_effect(effect_key, target, f"reconcile:{action.name}", by="reconcile")
+        store.resolve_effect(
+            effect_key, target, f"reconcile:{action.name}", by="reconcile", attempt=asked
+        )
     except InvalidArgument:
         log.info("ctrlrun: %s moved before the reconcile answer could be applied", effect_key)
     return True

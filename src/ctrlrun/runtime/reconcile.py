@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, Final, Literal
 
-from ctrlrun.errors import InvalidArgument
+from ctrlrun.errors import InvalidArgument, Refused
 from ctrlrun.kernel.action import Action
 from ctrlrun.kernel.effect import EffectState
 from ctrlrun.kernel.event import EventDraft, EventType
@@ -74,6 +74,9 @@ def reconcile_blocked(store: Any, action: Action, effect_key: str, hook: Reconci
         store.resolve_effect(
             effect_key, target, f"reconcile:{action.name}", by="reconcile", attempt=asked
         )
-    except InvalidArgument:
+    except (InvalidArgument, Refused):
+        # Moved meanwhile (resolved by another reconciler or a person, or re-reserved): the
+        # caller asks the store once more and gets its verdict, with a receipt, like any call.
+        # On Postgres two resolutions can both read AMBIGUOUS; the loser is a Refused.
         log.info("ctrlrun: %s moved before the reconcile answer could be applied", effect_key)
     return True

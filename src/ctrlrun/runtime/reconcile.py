@@ -2,8 +2,9 @@
 
 A hook is ``(effect_key) -> "committed" | "not_executed" | "unknown"``. It is consulted at most
 once per call, when an AMBIGUOUS record refuses a new reservation. ``committed`` and
-``not_executed`` resolve the record (to COMMITTED / FAILED) on the hook's word; ``unknown``, a
-hook that raises an ``Exception``, or any other answer changes nothing.
+``not_executed`` resolve the record (to COMMITTED / FAILED) on the hook's word — only the
+attempt that was AMBIGUOUS when the hook was asked; ``unknown``, a hook that raises an
+``Exception``, or any other answer changes nothing.
 """
 
 from __future__ import annotations

@@ -119,6 +119,11 @@ def soak(args: argparse.Namespace, directory: Path, url: str, upstream: str | No
         f" processes spawned {stats['spawned']}, SIGKILLed {stats['killed']},"
         f" crashed {stats['failed']}"
     )
+    calls, executed = findings.counts["journal:outcome"], findings.counts["journal:start"]
+    print(
+        f"  {calls} calls finished ({calls / elapsed:.0f}/s), {executed} executor invocations;"
+        f" {findings.counts['receipts']} receipts"
+    )
     print(render(findings))
     if stats["failed"]:
         print("harness: a worker crashed (see its stderr above)")

@@ -276,6 +276,13 @@ class ResolvesAnything(Delegate):
         return self.inner.get_effect(key)
 
 
+class ResolvesAnyAttempt(Delegate):
+    """Accepts a verdict bound to an attempt, and applies it to whichever attempt is there."""
+
+    def resolve_effect(self, key, state, resolver, *, by="human", attempt=None):
+        return self.inner.resolve_effect(key, state, resolver, by=by)
+
+
 class ForgetsTheResolver(Delegate):
     """Never reports who resolved a record."""
 

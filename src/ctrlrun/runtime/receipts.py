@@ -16,11 +16,13 @@ from ctrlrun.store.codec import safe_text
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """What the policy decided, as receipts and events carry it."""
+    """What the policy decided, as receipts and events carry it; ``controls`` are the control
+    ids it was decided under (carried only when there are any)."""
 
     decision: str
     reason: str
     policy_hash: str
+    controls: tuple[str, ...] = ()
 
 
 def receipt_draft(
@@ -36,8 +38,9 @@ def receipt_draft(
     approver: str | None = None,
     error: str | None = None,
 ) -> dict[str, Any]:
-    """The receipt document, without the ``seq``/``prev_hash`` the store adds when chaining."""
-    return {
+    """The receipt document, without the ``seq``/``prev_hash`` the store adds when chaining.
+    It has a ``controls`` key (sorted ids) only when the decision cited controls."""
+    document: dict[str, Any] = {
         "schema": RECEIPT_SCHEMA,
         "receipt_id": new_id("rcp"),
         "action_id": action.action_id,
@@ -59,6 +62,9 @@ def receipt_draft(
         "started_at": encode_receipt_instant(started_at),
         "finished_at": encode_receipt_instant(finished_at),
     }
+    if verdict.controls:
+        document["controls"] = list(verdict.controls)
+    return document
 
 
 def describe(exc: BaseException) -> str:
@@ -83,7 +89,8 @@ def proposed(action: Action) -> EventDraft:
 
 
 def evaluated(action: Action, verdict: Verdict, effect_key: str | None) -> EventDraft:
-    """``POLICY_EVALUATED`` with the decision, its reason and the policy hash."""
+    """``POLICY_EVALUATED`` with the decision, its reason, the policy hash and (when any) the
+    controls it was decided under."""
     return EventDraft(
         EventType.POLICY_EVALUATED,
         action.action_id,
@@ -92,5 +99,6 @@ def evaluated(action: Action, verdict: Verdict, effect_key: str | None) -> Event
             "decision": verdict.decision,
             "reason": verdict.reason,
             "policy_hash": verdict.policy_hash,
+            **({"controls": list(verdict.controls)} if verdict.controls else {}),
         },
     )

@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from ctrlrun._time import Clock, check_positive, utc_now
-from ctrlrun.errors import AmbiguousEffect, CtrlrunError, StoreError
+from ctrlrun.errors import AmbiguousEffect, CtrlrunError, StoreError, WriteFailed
 from ctrlrun.kernel.approval import (
     ApprovalRecord,
     ApprovalRequestDraft,
@@ -29,9 +29,10 @@ from ctrlrun.kernel.effect import EffectRecord, EffectState
 from ctrlrun.kernel.event import EventDraft
 from ctrlrun.kernel.receipt import Receipt
 from ctrlrun.store.ops import KeptRefusal, Txn
-from ctrlrun.store.ops.actions import finish_action_in_txn, record_in_txn, start_action_in_txn
+from ctrlrun.store.ops.actions import finish_action_in_txn, record_in_txn
 from ctrlrun.store.ops.approvals import answer_approval_in_txn, put_approval_request_in_txn
 from ctrlrun.store.ops.effects import begin_execution_in_txn, resolve_effect_in_txn
+from ctrlrun.store.postgres import folded
 from ctrlrun.store.postgres.names import check_schema_name, load_driver
 from ctrlrun.store.postgres.skew import DEFAULT_THRESHOLD, ClockSkew, SkewSchedule, measure
 from ctrlrun.store.protocol import DriverTxn, FinishRequest, Started, StartRequest
@@ -39,6 +40,7 @@ from ctrlrun.store.reads import StoreReads
 
 if TYPE_CHECKING:
     from ctrlrun.store.postgres.engine import Engine
+    from ctrlrun.store.postgres.txn import PgTxn
 
 T = TypeVar("T")
 log = logging.getLogger("ctrlrun.postgres")
@@ -154,9 +156,9 @@ class PostgresStateStore(StoreReads):
         """See ``StateStore.start_action``."""
         lapsed: list[bool] = []
 
-        def work(txn: Txn) -> Started:
+        def work(txn: PgTxn) -> Started:
             try:
-                return start_action_in_txn(txn, request)
+                return folded.start(txn, request)
             except KeptRefusal as kept:
                 lapsed.append(isinstance(kept.refusal, AmbiguousEffect))
                 raise
@@ -169,18 +171,41 @@ class PostgresStateStore(StoreReads):
             raise
 
     def finish_action(self, request: FinishRequest) -> Receipt:
-        """See ``StateStore.finish_action``."""
-        return self._engine.write(
-            lambda txn: finish_action_in_txn(txn, request), operation="finish_action"
-        )
+        """See ``StateStore.finish_action``. Folded into the COMMIT's message; when the
+        outcome's conditional move matched no row (CR001, nothing committed), the shared
+        ``finish_action_in_txn`` re-reads and decides in a new transaction."""
+        try:
+            pending = self._engine.write(
+                lambda txn: folded.finish(txn, request), operation="finish_action"
+            )
+        except WriteFailed as exc:
+            if exc.sqlstate != folded.GUARD_SQLSTATE:
+                raise
+            return self._engine.write(
+                lambda txn: finish_action_in_txn(txn, request), operation="finish_action"
+            )
+        return self._stored(pending)
 
     def record(
         self, events: tuple[EventDraft, ...], receipt: Mapping[str, Any] | None = None
     ) -> Receipt | None:
         """See ``StateStore.record``."""
-        return self._engine.write(
-            lambda txn: record_in_txn(txn, events, receipt), operation="record"
+        pending = self._engine.write(
+            lambda txn: folded.record(txn, events, receipt), operation="record"
         )
+        return None if pending is None else self._stored(pending)
+
+    def _stored(self, pending: folded.PendingReceipt) -> Receipt:
+        """The receipt a folded transaction appended: from the COMMIT's answer, or — when the
+        answer was lost and the re-read proved the transaction landed — read back."""
+        stored = pending.stored()
+        if stored is not None:
+            return stored
+        rows = self._rows("receipt_get", {"receipt_id": pending.receipt_id})
+        if not rows:
+            raise StoreError(f"receipt {pending.receipt_id} landed but cannot be read back")
+        row = rows[0]
+        return Receipt(int(row["seq"]), pending.receipt_id, row["document"], row["hash"])
 
     def begin_execution(self, effect_key: str, action_id: str, attempt: int) -> EffectRecord:
         """See ``StateStore.begin_execution``."""

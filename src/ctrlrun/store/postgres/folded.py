@@ -1,0 +1,217 @@
+"""The protected call's two transactions in as few round trips as the guarantee allows.
+
+The common case of each transaction is written directly; everything else goes to the shared
+``store/ops`` functions, which ask the planner (decision 0006):
+
+* ``start_effect``: the reservation of an absent key travels with ``BEGIN`` and returns the
+  server's time and whether the row went in (one round trip); the events travel with the
+  COMMIT (a second). A key that exists leaves the transaction open, its time known, for
+  ``start_action_in_txn`` to read the record and plan, exactly as before.
+* ``finish``: the outcome (a guarded ``effect_move``: no row matched raises CR001 and nothing
+  commits), the events, the head lock and the receipt linked and hashed on the server, all
+  with the COMMIT: one round trip, and the chain's head row is locked only while the server
+  executes the tail of that message and flushes it. CR001 sends the caller back to
+  ``finish_action_in_txn`` in a new transaction.
+
+Every folded write stamps the transaction's time on the server (``COALESCE(now, now())``) and
+is recorded in the witness, so a lost COMMIT is settled by re-reading as before.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Final
+
+from ctrlrun.canonical import canonical_text
+from ctrlrun.kernel.effect import EffectState, Reservation
+from ctrlrun.kernel.event import EventDraft, EventType
+from ctrlrun.kernel.receipt import StoredReceipt
+from ctrlrun.store.codec import event_data_json, result_json
+from ctrlrun.store.ops.actions import start_action_in_txn
+from ctrlrun.store.protocol import FinishRequest, Started, StartRequest
+
+if TYPE_CHECKING:  # the driver is imported when a store is constructed, not before
+    from ctrlrun.store.postgres.txn import PgTxn
+
+GUARD_SQLSTATE: Final = "CR001"
+"""Raised by ``ctrlrun_expect_one`` (migration 0004): a folded conditional write matched no row."""
+
+_MICROSECOND: Final = timedelta(microseconds=1)
+
+
+def start(txn: PgTxn, request: StartRequest) -> Started:
+    """Transaction 1: folded unless an approval must be read and checked first (its own
+    round trip), which the shared ``start_action_in_txn`` does."""
+    if request.approval_id is not None:
+        return start_action_in_txn(txn, request)
+    if request.effect_key is None:
+        return start_plain(txn, request)
+    return start_effect(txn, request)
+
+
+def start_effect(txn: PgTxn, request: StartRequest) -> Started:
+    """Transaction 1 for a call with an effect key and no approval (see the module)."""
+    assert request.effect_key is not None
+    state = EffectState.EXECUTING if request.execute else EffectState.RESERVED
+    params = {
+        "now": txn.now_param,
+        "effect_key": request.effect_key,
+        "state": str(state),
+        "action_id": request.action_id,
+        "lease_us": request.lease // _MICROSECOND,
+        "write_token": txn.write_token,
+    }
+    row = txn.one("effect_reserve_folded", params)
+    assert row is not None
+    now = txn.fix_now(row["now"])
+    if row["inserted"] != 1:  # a record exists: the planner decides, in this transaction
+        return start_action_in_txn(txn, request)
+    reservation = Reservation(request.effect_key, request.action_id, 1, now + request.lease)
+    txn.witness.saw(
+        "effect_insert",
+        {
+            "effect_key": request.effect_key,
+            "state": str(state),
+            "action_id": request.action_id,
+            "attempt": 1,
+            "created_at": now,
+            "updated_at": now,
+            "lease_expires_at": reservation.lease_expires_at,
+            "write_token": txn.write_token,
+        },
+        1,
+    )
+    append_events(txn, (*request.events, *_own_events(request, reservation)))
+    return Started(reservation, None)
+
+
+def start_plain(txn: PgTxn, request: StartRequest) -> Started:
+    """Transaction 1 for a call with neither an effect key nor an approval: its events, with
+    the COMMIT (one round trip)."""
+    append_events(txn, (*request.events, *_own_events(request, None)))
+    return Started(None, None)
+
+
+def _own_events(request: StartRequest, reservation: Reservation | None) -> list[EventDraft]:
+    """The events ``start_action_in_txn`` appends after the caller's, for these cases."""
+    own = []
+    attempt = None if reservation is None else reservation.attempt
+    if reservation is not None:
+        own.append(
+            EventDraft(
+                EventType.EFFECT_RESERVED,
+                request.action_id,
+                request.effect_key,
+                data={
+                    "attempt": attempt,
+                    "lease_expires_at": reservation.lease_expires_at.isoformat(),
+                },
+            )
+        )
+    if request.execute:
+        own.append(
+            EventDraft(
+                EventType.EXECUTION_STARTED,
+                request.action_id,
+                request.effect_key,
+                data={"attempt": attempt},
+            )
+        )
+    return own
+
+
+def append_events(txn: PgTxn, drafts: Iterable[EventDraft]) -> None:
+    """Queue ``drafts`` in order, stamped with the transaction's time."""
+    now = txn.now_param
+    for draft in drafts:
+        txn.run_later(
+            "event_insert_folded",
+            {
+                "now": now,
+                "type": str(draft.type),
+                "action_id": draft.action_id,
+                "effect_key": draft.effect_key,
+                "approval_id": draft.approval_id,
+                "data_json": event_data_json(draft.data),
+            },
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PendingReceipt:
+    """A receipt queued with the COMMIT: its row comes back with the COMMIT's answer."""
+
+    txn: PgTxn
+    receipt_id: str
+
+    def stored(self) -> StoredReceipt | None:
+        """The receipt as the server linked it, or None when the answer was lost (the
+        re-read proved the transaction landed: read the row by ``receipt_id``)."""
+        rows = self.txn.returned.get("receipt_append_folded")
+        if not rows:
+            return None
+        row = rows[0]
+        return StoredReceipt(int(row["seq"]), self.receipt_id, row["document"], row["hash"])
+
+
+def finish(txn: PgTxn, request: FinishRequest) -> PendingReceipt:
+    """Transaction 2 for any call: outcome (guarded), events, chained receipt — all queued
+    for the COMMIT's message."""
+    if request.effect_key is not None and request.outcome is not None:
+        txn.run_later(
+            "effect_move_folded",
+            {
+                "now": txn.now_param,
+                "effect_key": request.effect_key,
+                "state": str(request.outcome),
+                "lease_expires_at": None,
+                "result_json": result_json(request.result),
+                "error": request.error,
+                "resolved_by": None,
+                "from_state": str(EffectState.EXECUTING),
+                "action_id": request.action_id,
+                "attempt": request.attempt or 0,
+            },
+        )
+    append_events(txn, request.events)
+    return append_receipt(txn, request.receipt)
+
+
+def record(
+    txn: PgTxn, events: tuple[EventDraft, ...], receipt: Mapping[str, Any] | None
+) -> PendingReceipt | None:
+    """``record_in_txn``, folded: events and, optionally, a receipt, with the COMMIT."""
+    append_events(txn, events)
+    return None if receipt is None else append_receipt(txn, receipt)
+
+
+def append_receipt(txn: PgTxn, draft: Mapping[str, Any]) -> PendingReceipt:
+    """Queue the head lock, the receipt linked on the server and the head's advance.
+
+    The document is rendered here, canonical, with two random marks for ``seq`` (a JSON
+    string, replaced with the number) and ``prev_hash`` (replaced inside its quotes); the
+    server fills them from the locked head and hashes the result.
+    """
+    nonce = uuid.uuid4().hex
+    seq_mark, prev_mark = f"ctrlrun-seq-{nonce}", f"ctrlrun-prev-{nonce}"
+    template = canonical_text({**draft, "seq": seq_mark, "prev_hash": prev_mark})
+    receipt_id = str(draft["receipt_id"])
+    txn.run_later("chain_head_lock", {})
+    txn.fetch_later(
+        "receipt_append_folded",
+        {
+            "now": txn.now_param,
+            "receipt_id": receipt_id,
+            "action_id": draft["action_id"],
+            "effect_key": draft.get("effect_key"),
+            "result": draft["result"],
+            "template": template,
+            "seq_mark": f'"{seq_mark}"',
+            "prev_mark": prev_mark,
+        },
+    )
+    txn.run_later("chain_head_advance_folded", {"receipt_id": receipt_id})
+    return PendingReceipt(txn, receipt_id)

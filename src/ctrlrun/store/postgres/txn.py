@@ -81,8 +81,14 @@ class PgTxn:
     def now(self) -> datetime:
         """The transaction's clock reading (see the module docstring)."""
         if self._now is None:
-            source = self._now_source or self._server_now
-            self._now = source()
+            if self._pending and "clock_now" in self._wanted.values():
+                self._flush()  # BEGIN has not gone yet: send it, and the clock with it
+            rows = self.returned.get("clock_now")
+            if rows:
+                self._now = self.read_ts(rows[0]["now"])
+            else:
+                source = self._now_source or self._server_now
+                self._now = source()
         return self._now
 
     def one(self, query: str, params: Mapping[str, Any]) -> Row | None:
@@ -157,8 +163,12 @@ class PgTxn:
 
     def defer_begin(self) -> None:
         """Open the transaction lazily: ``BEGIN`` is queued, and sent with the first
-        statement or the COMMIT. ``now`` (if no clock was given) is read only if asked for."""
+        statement or the COMMIT. Without a clock, the server's ``now()`` is queued with it, so
+        the first statement brings the transaction's time back at no extra round trip."""
         self._pending.extend((self._queries["txn_open"], self._queries["txn_search_path"]))
+        if self._now is None and self._now_source is None:
+            self._wanted[len(self._pending)] = "clock_now"
+            self._pending.append(self._queries["clock_now"])
 
     def commit(self) -> str | None:
         """Send the queued statements and ``COMMIT`` in one message; return COMMIT's tag

@@ -94,6 +94,16 @@ class Floor:
                     ident, sql.Identifier(table)
                 )
             )
+        self.conn.execute(
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {}.floor_head (id int PRIMARY KEY, seq bigint);"
+                " INSERT INTO {}.floor_head VALUES (1, 0) ON CONFLICT DO NOTHING"
+            ).format(ident, ident)
+        )
+        self._chained = sql.SQL(
+            "BEGIN; UPDATE {}.floor_head SET seq = seq + 1 WHERE id = 1;"
+            " INSERT INTO {}.floor_o VALUES ({}, 'committed'); COMMIT"
+        )
         self._r = sql.SQL(
             "INSERT INTO {}.floor_r VALUES (%s, 'reserved') ON CONFLICT DO NOTHING"
         ).format(ident)
@@ -108,6 +118,18 @@ class Floor:
 
     def record(self, key: str) -> None:
         self.conn.execute(self._o, (key,))
+
+    def record_chained(self, key: str) -> None:
+        """The record as one message that also advances a single head row: the serialization
+        point every chained receipt needs, held from the update to the flushed COMMIT."""
+        ident = sql.Identifier(self.schema)
+        self.conn.execute(self._chained.format(ident, ident, sql.Literal(key)))
+
+    def call_chained(self, i: int) -> None:
+        """``call`` whose record advances the head row (see ``record_chained``)."""
+        key = f"{self.tag}:{next(self._seq)}"
+        self.reserve(key)
+        self.record_chained(key)
 
     def call(self, i: int) -> None:
         """Reserve and record a key never used before (``i`` is ignored: a conflict would

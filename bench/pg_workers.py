@@ -36,9 +36,9 @@ def _protected(url: str, schema: str, workdir: str) -> Any:
 def _distinct(kind: str, url: str, schema: str, workdir: str, barrier: Any, window: float) -> int:
     """Calls completed by this process in ``window`` seconds after the barrier."""
     tag = f"{kind}-{mp.current_process().pid}"
-    if kind == "floor":
+    if kind in ("floor", "chain"):
         floor = pg_common.Floor(url, schema)
-        call = floor.call
+        call = floor.call if kind == "floor" else floor.call_chained
     else:
         act = _protected(url, schema, workdir)
 
@@ -103,7 +103,7 @@ def distinct_keys(url: str, kind: str, window: float) -> float:
     """Total calls/s of ``PROCESSES`` processes on distinct keys (one fresh schema)."""
     schema = pg_common.new_schema(url, f"b8_{kind}")
     try:
-        if kind == "floor":  # create the tables once, not racing eight CREATEs
+        if kind in ("floor", "chain"):  # create the tables once, not racing eight CREATEs
             pg_common.Floor(url, schema).close()
         else:
             pg_common.PostgresStateStore(url, schema=schema).close()

@@ -130,14 +130,19 @@ def _round_trips(ctl: ctrlrun.Control) -> None:
 
 def processes(url: str, window: float, repeats: int) -> bool:
     """Eight processes on distinct keys, floor and ctrlrun alternating, ``repeats`` each."""
-    floors, ours = [], []
+    floors, chains, ours = [], [], []
     for _ in range(repeats):
         floors.append(pg_workers.distinct_keys(url, "floor", window))
+        chains.append(pg_workers.distinct_keys(url, "chain", window))
         ours.append(pg_workers.distinct_keys(url, "ctrlrun", window))
-    f, o = statistics.median(floors), statistics.median(ours)
+    f, c, o = statistics.median(floors), statistics.median(chains), statistics.median(ours)
     ok = o >= 4000
     print(f"Postgres, {pg_workers.PROCESSES} processes on distinct keys ({window:g} s windows)")
     print(f"  floor   {f:9.0f} calls/s  (runs {', '.join(f'{x:.0f}' for x in floors)})")
+    print(
+        f"  chained {c:9.0f} calls/s  (runs {', '.join(f'{x:.0f}' for x in chains)})"
+        "  floor whose record also advances one head row"
+    )
     print(f"  ctrlrun {o:9.0f} calls/s  (runs {', '.join(f'{x:.0f}' for x in ours)})")
     print(
         f"  ratio   {f / o:9.2f}× the floor's time per call   target ≥ 4000/s   "

@@ -22,7 +22,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
 from ctrlrun.canonical import canonical_text
@@ -31,18 +31,19 @@ from ctrlrun.kernel.event import EventDraft, EventType
 from ctrlrun.kernel.receipt import StoredReceipt
 from ctrlrun.store.codec import event_data_json, result_json
 from ctrlrun.store.ops.actions import start_action_in_txn
+from ctrlrun.store.postgres.witness import GUARD_SQLSTATE
 from ctrlrun.store.protocol import FinishRequest, Started, StartRequest
+
+__all__ = ["GUARD_SQLSTATE", "PendingReceipt", "PendingStart", "finish", "record", "start"]
 
 if TYPE_CHECKING:  # the driver is imported when a store is constructed, not before
     from ctrlrun.store.postgres.txn import PgTxn
 
-GUARD_SQLSTATE: Final = "CR001"
-"""Raised by ``ctrlrun_expect_one`` (migration 0004): a folded conditional write matched no row."""
 
 _MICROSECOND: Final = timedelta(microseconds=1)
 
 
-def start(txn: PgTxn, request: StartRequest) -> Started:
+def start(txn: PgTxn, request: StartRequest) -> Started | PendingStart:
     """Transaction 1: folded unless an approval must be read and checked first (its own
     round trip), which the shared ``start_action_in_txn`` does."""
     if request.approval_id is not None:
@@ -52,40 +53,62 @@ def start(txn: PgTxn, request: StartRequest) -> Started:
     return start_effect(txn, request)
 
 
-def start_effect(txn: PgTxn, request: StartRequest) -> Started:
-    """Transaction 1 for a call with an effect key and no approval (see the module)."""
+def start_effect(txn: PgTxn, request: StartRequest) -> PendingStart:
+    """Transaction 1 for a call with an effect key and no approval: the guarded reservation
+    and the events, all with the COMMIT (see the module)."""
     assert request.effect_key is not None
     state = EffectState.EXECUTING if request.execute else EffectState.RESERVED
-    params = {
-        "now": txn.now_param,
-        "effect_key": request.effect_key,
-        "state": str(state),
-        "action_id": request.action_id,
-        "lease_us": request.lease // _MICROSECOND,
-        "write_token": txn.write_token,
-    }
-    row = txn.one("effect_reserve_folded", params)
-    assert row is not None
-    now = txn.fix_now(row["now"])
-    if row["inserted"] != 1:  # a record exists: the planner decides, in this transaction
-        return start_action_in_txn(txn, request)
-    reservation = Reservation(request.effect_key, request.action_id, 1, now + request.lease)
-    txn.witness.saw(
-        "effect_insert",
+    lease_us = request.lease // _MICROSECOND
+    txn.fetch_later(
+        "effect_reserve_folded",
         {
+            "now": txn.now_param,
             "effect_key": request.effect_key,
             "state": str(state),
             "action_id": request.action_id,
-            "attempt": 1,
-            "created_at": now,
-            "updated_at": now,
-            "lease_expires_at": reservation.lease_expires_at,
-            "write_token": txn.write_token,
+            "lease_us": lease_us,
+            "lease": request.lease,
         },
-        1,
     )
-    append_events(txn, (*request.events, *_own_events(request, reservation)))
-    return Started(reservation, None)
+    append_events(txn, request.events)
+    mark = f"ctrlrun-lease-{uuid.uuid4().hex}"
+    reserved = EventDraft(
+        EventType.EFFECT_RESERVED,
+        request.action_id,
+        request.effect_key,
+        data={"attempt": 1, "lease_expires_at": mark},
+    )
+    txn.run_later(
+        "event_insert_reserved_folded",
+        {**_event_params(txn, reserved), "lease_us": lease_us, "lease_mark": mark},
+    )
+    if request.execute:
+        started = EventDraft(
+            EventType.EXECUTION_STARTED, request.action_id, request.effect_key, data={"attempt": 1}
+        )
+        append_events(txn, (started,))
+    return PendingStart(txn, request)
+
+
+@dataclass(frozen=True, slots=True)
+class PendingStart:
+    """A reservation queued with the COMMIT: its time comes back with the COMMIT's answer."""
+
+    txn: PgTxn
+    request: StartRequest
+
+    def started(self) -> Started | None:
+        """What was granted, or None when the answer was lost (the re-read proved the
+        transaction landed: read the record for its lease)."""
+        rows = self.txn.returned.get("effect_reserve_folded")
+        if not rows:
+            return None
+        return self.granted(self.txn.read_ts(rows[0]["now"]) + self.request.lease)
+
+    def granted(self, lease_expires_at: datetime) -> Started:
+        assert self.request.effect_key is not None
+        key, action_id = self.request.effect_key, self.request.action_id
+        return Started(Reservation(key, action_id, 1, lease_expires_at), None)
 
 
 def start_plain(txn: PgTxn, request: StartRequest) -> Started:
@@ -125,19 +148,19 @@ def _own_events(request: StartRequest, reservation: Reservation | None) -> list[
 
 def append_events(txn: PgTxn, drafts: Iterable[EventDraft]) -> None:
     """Queue ``drafts`` in order, stamped with the transaction's time."""
-    now = txn.now_param
     for draft in drafts:
-        txn.run_later(
-            "event_insert_folded",
-            {
-                "now": now,
-                "type": str(draft.type),
-                "action_id": draft.action_id,
-                "effect_key": draft.effect_key,
-                "approval_id": draft.approval_id,
-                "data_json": event_data_json(draft.data),
-            },
-        )
+        txn.run_later("event_insert_folded", _event_params(txn, draft))
+
+
+def _event_params(txn: PgTxn, draft: EventDraft) -> dict[str, Any]:
+    return {
+        "now": txn.now_param,
+        "type": str(draft.type),
+        "action_id": draft.action_id,
+        "effect_key": draft.effect_key,
+        "approval_id": draft.approval_id,
+        "data_json": event_data_json(draft.data),
+    }
 
 
 @dataclass(frozen=True, slots=True)

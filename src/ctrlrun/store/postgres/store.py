@@ -29,7 +29,7 @@ from ctrlrun.kernel.effect import EffectRecord, EffectState
 from ctrlrun.kernel.event import EventDraft
 from ctrlrun.kernel.receipt import Receipt
 from ctrlrun.store.ops import KeptRefusal, Txn
-from ctrlrun.store.ops.actions import finish_action_in_txn, record_in_txn
+from ctrlrun.store.ops.actions import finish_action_in_txn, record_in_txn, start_action_in_txn
 from ctrlrun.store.ops.approvals import answer_approval_in_txn, put_approval_request_in_txn
 from ctrlrun.store.ops.effects import begin_execution_in_txn, resolve_effect_in_txn
 from ctrlrun.store.postgres import folded
@@ -153,22 +153,47 @@ class PostgresStateStore(StoreReads):
     # --- the protected call --------------------------------------------------------------
 
     def start_action(self, request: StartRequest) -> Started:
-        """See ``StateStore.start_action``."""
+        """See ``StateStore.start_action``. Folded into the COMMIT's message when the key is
+        absent; a key that exists (CR001, nothing committed) goes to the shared
+        ``start_action_in_txn``, which reads the record and asks the planner."""
         lapsed: list[bool] = []
 
-        def work(txn: PgTxn) -> Started:
-            try:
-                return folded.start(txn, request)
-            except KeptRefusal as kept:
-                lapsed.append(isinstance(kept.refusal, AmbiguousEffect))
-                raise
+        def run(fold: bool) -> Started | folded.PendingStart:
+            def work(txn: PgTxn) -> Started | folded.PendingStart:
+                try:
+                    return folded.start(txn, request) if fold else start_action_in_txn(txn, request)
+                except KeptRefusal as kept:
+                    lapsed.append(isinstance(kept.refusal, AmbiguousEffect))
+                    raise
+
+            return self._engine.write(work, operation="start_action")
 
         try:
-            return self._engine.write(work, operation="start_action")
+            try:
+                started = run(fold=True)
+            except WriteFailed as exc:
+                if exc.sqlstate != folded.GUARD_SQLSTATE:
+                    raise
+                started = run(fold=False)
         except AmbiguousEffect:
             if any(lapsed):  # a lease was found expired: judge the clocks (never the lease)
                 self._check_skew("lease_expired", request.action_id, request.effect_key)
             raise
+        return self._granted(started)
+
+    def _granted(self, started: Started | folded.PendingStart) -> Started:
+        """What a folded start granted: from the COMMIT's answer, or — when the answer was
+        lost and the re-read proved the reservation ours — from the record."""
+        if isinstance(started, Started):
+            return started
+        granted = started.started()
+        if granted is not None:
+            return granted
+        key = started.request.effect_key
+        record = self.get_effect(key) if key is not None else None
+        if record is None or record.lease_expires_at is None:
+            raise StoreError(f"the reservation of {key!r} landed but cannot be read back")
+        return started.granted(record.lease_expires_at)
 
     def finish_action(self, request: FinishRequest) -> Receipt:
         """See ``StateStore.finish_action``. Folded into the COMMIT's message; when the

@@ -44,6 +44,7 @@ from ctrlrun.errors import (
     DuplicateEffect,
     DuplicateState,
     MismatchReason,
+    WriteFailed,
 )
 from ctrlrun.kernel.approval import plan_answer
 from ctrlrun.kernel.effect import EffectState, plan_reservation, plan_transition
@@ -52,10 +53,13 @@ from ctrlrun.store.codec import approval_from_row, effect_from_row
 Params = Mapping[str, Any]
 Row = Mapping[str, Any]
 
+GUARD_SQLSTATE: Final = "CR001"
+"""Raised by ``ctrlrun_expect_one`` (migration 0004): a folded conditional write matched no row."""
+
 EFFECT_WRITES: Final = frozenset(
-    {"effect_insert", "effect_renew", "effect_move", "effect_move_folded"}
+    {"effect_insert", "effect_renew", "effect_move", "effect_reserve_folded", "effect_move_folded"}
 )
-DEFERRABLE: Final = frozenset({"effect_move_folded"})
+DEFERRABLE: Final = frozenset({"effect_reserve_folded", "effect_move_folded"})
 """Effect writes that may travel with the COMMIT: they raise (CR001) when they match no row."""
 APPROVAL_WRITES: Final = frozenset(
     {"approval_insert", "approval_answer", "approval_consume", "approval_set_status"}
@@ -66,6 +70,7 @@ OUTBOX_WRITES: Final = frozenset({"outbox_settle"})
 INSERTS: Final = frozenset(
     {
         "effect_insert",
+        "effect_reserve_folded",
         "approval_insert",
         "receipt_insert",
         "receipt_append_folded",
@@ -202,6 +207,16 @@ def _effect_moved(p: Params, row: Row | None) -> bool:
     return _same(p, row, columns) and resolver_kept
 
 
+def _effect_reserved_folded(p: Params, row: Row | None) -> bool:
+    """Attempt 1 as this transaction inserted it: every bound column, the token, one instant
+    for created_at and updated_at (the given clock's, if any) and the lease after it."""
+    if not _same(p, row, ("effect_key", "state", "action_id", "write_token")) or row is None:
+        return False
+    stamped = row["created_at"] == row["updated_at"] and (p["now"] in (None, row["created_at"]))
+    leased = row["lease_expires_at"] == row["created_at"] + p["lease"]
+    return row["attempt"] == 1 and stamped and leased and _cleared(row, _EFFECT_CLEARED)
+
+
 def _effect_moved_folded(p: Params, row: Row | None) -> bool:
     columns = ("state", "action_id", "attempt", "lease_expires_at", "result_json", "error")
     stamped = p["now"] is None or (row or {}).get("updated_at") == p["now"]
@@ -265,6 +280,7 @@ _LANDED: Final[dict[str, Callable[[Params, Row | None], bool]]] = {
     "receipt_insert": lambda p, row: _same(p, row, ("seq", "document", "hash")),
     "receipt_append_folded": _receipt_appended,
     "effect_move_folded": _effect_moved_folded,
+    "effect_reserve_folded": _effect_reserved_folded,
     "document_insert": lambda p, row: (
         _document_saved(p, row, 1) and (row or {}).get("kind") == p["kind"]
     ),
@@ -286,6 +302,7 @@ def _effect_unmoved(p: Params, row: Row | None) -> bool:
 
 _UNCHANGED: Final[dict[str, Callable[[Params, Row | None], bool]]] = {
     "effect_insert": lambda p, row: row is None,
+    "effect_reserve_folded": lambda p, row: row is None,
     "effect_renew": lambda p, row: (
         row is not None and row["state"] == "failed" and row["attempt"] == p["from_attempt"]
     ),
@@ -310,12 +327,25 @@ _UNCHANGED: Final[dict[str, Callable[[Params, Row | None], bool]]] = {
 # --- "something else": the planner's refusal -----------------------------------------------
 
 
+def _not_ours(key: str) -> WriteFailed:
+    return WriteFailed(
+        f"effect {key!r}: the folded reservation met a record it did not write; the planner"
+        " decides in a new transaction",
+        sqlstate=GUARD_SQLSTATE,
+        operation="start_action",
+    )
+
+
 def refusal(evidence: Evidence, row: Row | None, now: datetime, read_ts: Any) -> CtrlrunError:
     """What to raise when the re-read found neither our row nor the row as it was before.
 
     The effect's own planner decides (a reservation: ``plan_reservation``; a transition:
     ``plan_transition``); if it would let the write proceed, the answer is still a refusal
     (``DuplicateEffect(in_progress)``): recovery re-issues only what it proved did not land.
+    One exception: a folded reservation only ever inserts attempt 1 on an absent key, so a
+    record the planner would renew (FAILED) holds no live attempt of ours — if ours landed, it
+    was moved on and never executed. That answer is ``WriteFailed(CR001)``, as if the guard
+    had fired: the store asks the planner again in a new transaction.
     """
     write = evidence.first
     p = write.params
@@ -332,11 +362,13 @@ def refusal(evidence: Evidence, row: Row | None, now: datetime, read_ts: Any) ->
                 now=now,
             )
         else:
-            lease = p["lease_expires_at"] - p["updated_at"]
+            lease = p["lease"] if "lease" in p else p["lease_expires_at"] - p["updated_at"]
             plan = plan_reservation(
                 record, effect_key=key, action_id=str(p["action_id"]), lease=lease, now=now
             )
             found = plan.refusal
+            if found is None and write.query == "effect_reserve_folded":
+                return _not_ours(key)
         return found or DuplicateEffect(
             f"effect {key!r} changed under a concurrent writer while a COMMIT went unanswered",
             state=DuplicateState.IN_PROGRESS,

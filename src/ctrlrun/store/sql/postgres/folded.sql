@@ -12,9 +12,10 @@ BEGIN;
 SET LOCAL search_path TO {schema};
 
 -- name: effect_reserve_folded
--- The reservation of an absent key, travelling with BEGIN: insert attempt 1 stamped with the
--- transaction's time and lease (microseconds, so the sum is exact), and return that time and
--- whether the row went in. The unique key decides the one winner; the caller checks inserted.
+-- The reservation of an absent key, with BEGIN and the COMMIT in one message: insert attempt 1
+-- stamped with the transaction's time and lease (whole microseconds, so the client's sum is
+-- the same instant), guarded: a key that exists raises CR001 and nothing commits. The unique
+-- key decides the one winner.
 WITH t AS (SELECT COALESCE(%(now)s::timestamptz, now()) AS now),
 ins AS (
     INSERT INTO {schema}.effects
@@ -26,7 +27,25 @@ ins AS (
     ON CONFLICT (effect_key) DO NOTHING
     RETURNING 1
 )
-SELECT t.now AS now, (SELECT count(*) FROM ins) AS inserted FROM t;
+SELECT t.now AS now, {schema}.ctrlrun_expect_one((SELECT count(*) FROM ins)) AS inserted
+FROM t;
+
+-- name: event_insert_reserved_folded
+-- EFFECT_RESERVED, whose data names the lease's expiry: the client rendered the data with a
+-- random mark where the time goes, and the server writes the expiry it stamped, formatted as
+-- Python's datetime.isoformat() writes a UTC time (no fraction when it is whole seconds).
+INSERT INTO {schema}.events (ts, type, action_id, effect_key, approval_id, data_json)
+SELECT t.now, %(type)s, %(action_id)s, %(effect_key)s, %(approval_id)s,
+       replace(%(data_json)s, %(lease_mark)s,
+               to_char(t.expiry, 'YYYY-MM-DD"T"HH24:MI:SS')
+               || CASE WHEN date_part('microseconds', t.expiry)::bigint %% 1000000 = 0 THEN ''
+                       ELSE to_char(t.expiry, '.US') END
+               || '+00:00')
+FROM (
+    SELECT COALESCE(%(now)s::timestamptz, now()) AS now,
+           (COALESCE(%(now)s::timestamptz, now()) + %(lease_us)s * interval '1 microsecond')
+               AT TIME ZONE 'UTC' AS expiry
+) AS t;
 
 -- name: effect_move_folded
 -- effect_move stamped with the transaction's time, guarded: a move that matches no row raises

@@ -48,6 +48,7 @@ def start(txn: PgTxn, request: StartRequest) -> Started | PendingStart:
     round trip), which the shared ``start_action_in_txn`` does."""
     if request.approval_id is not None:
         return start_action_in_txn(txn, request)
+    txn.lean()
     if request.effect_key is None:
         return start_plain(txn, request)
     return start_effect(txn, request)
@@ -183,6 +184,7 @@ class PendingReceipt:
 def finish(txn: PgTxn, request: FinishRequest) -> PendingReceipt:
     """Transaction 2 for any call: outcome (guarded), events, chained receipt — all queued
     for the COMMIT's message."""
+    txn.lean()
     if request.effect_key is not None and request.outcome is not None:
         txn.run_later(
             "effect_move_folded",
@@ -207,6 +209,7 @@ def record(
     txn: PgTxn, events: tuple[EventDraft, ...], receipt: Mapping[str, Any] | None
 ) -> PendingReceipt | None:
     """``record_in_txn``, folded: events and, optionally, a receipt, with the COMMIT."""
+    txn.lean()
     append_events(txn, events)
     return None if receipt is None else append_receipt(txn, receipt)
 

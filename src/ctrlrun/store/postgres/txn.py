@@ -161,6 +161,14 @@ class PgTxn:
 
     # --- used by the engine --------------------------------------------------------------
 
+    def lean(self) -> None:
+        """Drop what ``defer_begin`` queued beyond ``BEGIN`` (the search path, the clock read)
+        when nothing has been sent yet: for folded work, whose statements name their schema
+        and stamp the server's time themselves."""
+        if self._pending[:1] == [self._queries["txn_open"]] and len(self._pending) <= 3:
+            self._pending = self._pending[:1]
+            self._wanted = {}
+
     def defer_begin(self) -> None:
         """Open the transaction lazily: ``BEGIN`` is queued, and sent with the first
         statement or the COMMIT. Without a clock, the server's ``now()`` is queued with it, so

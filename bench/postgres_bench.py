@@ -238,7 +238,7 @@ def main() -> int:
     ok = True
     with pg_common.server() as url:
         if args.only in (None, "one"):
-            ok &= one_client(url, ops=50 if q else 300, rounds=3 if q else 9)
+            ok &= one_client(url, ops=30 if q else 100, rounds=3 if q else 21)
         if args.only in (None, "processes"):
             ok &= processes(url, window=1.0 if q else 4.0, repeats=1 if q else 3)
         if args.only in (None, "contended"):

@@ -258,3 +258,32 @@ def test_finish_request_without_an_outcome_writes_only_the_receipt(direct):
         )
     )
     assert receipt.seq == 1 and direct.list_effects() == ()
+
+
+@pytest.mark.timeout(120)
+def test_eight_threads_appending_at_once_leave_one_unbroken_chain(direct):
+    """The server links each receipt under the head lock: concurrent protected calls on
+    distinct keys (one connection per thread) leave seq 1..N, every link right."""
+    import threading
+
+    control = Control(Policy.from_yaml(POLICY), direct)
+    barrier, errors = threading.Barrier(8), []
+
+    def calls(t: int) -> None:
+        try:
+            barrier.wait(30)
+            for n in range(15):
+                args = {"payment_id": f"t{t}-{n}", "amount": 1}
+                control.execute(Action("stripe.refund", args, Principal("b")), lambda **_: None)
+        except BaseException as exc:  # reported below, never swallowed
+            errors.append(exc)
+
+    threads = [threading.Thread(target=calls, args=(t,)) for t in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(90)
+    assert errors == [] and not any(t.is_alive() for t in threads)
+    report = direct.verify_chain()
+    assert report.ok and report.verified == 120
+    assert sorted(r.seq for r in direct.receipts()) == list(range(1, 121))

@@ -1,20 +1,20 @@
-"""The protected call's two transactions in as few round trips as the guarantee allows.
+"""The protected call's two transactions, each in one round trip (decision 0006).
 
-The common case of each transaction is written directly; everything else goes to the shared
-``store/ops`` functions, which ask the planner (decision 0006):
+The common case of each transaction is written here; everything else goes to the shared
+``store/ops`` functions, which ask the planner:
 
-* ``start_effect``: the reservation of an absent key travels with ``BEGIN`` and returns the
-  server's time and whether the row went in (one round trip); the events travel with the
-  COMMIT (a second). A key that exists leaves the transaction open, its time known, for
-  ``start_action_in_txn`` to read the record and plan, exactly as before.
-* ``finish``: the outcome (a guarded ``effect_move``: no row matched raises CR001 and nothing
-  commits), the events, the head lock and the receipt linked and hashed on the server, all
-  with the COMMIT: one round trip, and the chain's head row is locked only while the server
-  executes the tail of that message and flushes it. CR001 sends the caller back to
-  ``finish_action_in_txn`` in a new transaction.
+* ``start``: the reservation of an absent key (a guarded ``INSERT … ON CONFLICT DO NOTHING``,
+  stamped with the server's time) and the events, with ``BEGIN`` and ``COMMIT`` in one
+  message. A key that exists raises CR001 and nothing commits: the store then runs
+  ``start_action_in_txn``, which reads the record and plans, in a new transaction. A start
+  with an approval takes that shared path directly (the approval is read and checked first).
+* ``finish`` / ``record``: the outcome (a guarded ``effect_move``), the events, the head lock
+  and the receipt linked and hashed on the server, all in one message, so the chain's head row
+  is locked only while the server runs the tail of that message and flushes it. CR001 sends
+  the store to ``finish_action_in_txn`` in a new transaction.
 
-Every folded write stamps the transaction's time on the server (``COALESCE(now, now())``) and
-is recorded in the witness, so a lost COMMIT is settled by re-reading as before.
+Every folded write is recorded in the witness, so a lost COMMIT is settled by re-reading as
+before; what only the server knew (its time, the receipt's seq) is read back when needed.
 """
 
 from __future__ import annotations
@@ -115,36 +115,12 @@ class PendingStart:
 def start_plain(txn: PgTxn, request: StartRequest) -> Started:
     """Transaction 1 for a call with neither an effect key nor an approval: its events, with
     the COMMIT (one round trip)."""
-    append_events(txn, (*request.events, *_own_events(request, None)))
+    own: list[EventDraft] = []
+    if request.execute:  # as start_action_in_txn writes it: no attempt without a key
+        started = {"attempt": None}
+        own.append(EventDraft(EventType.EXECUTION_STARTED, request.action_id, None, data=started))
+    append_events(txn, (*request.events, *own))
     return Started(None, None)
-
-
-def _own_events(request: StartRequest, reservation: Reservation | None) -> list[EventDraft]:
-    """The events ``start_action_in_txn`` appends after the caller's, for these cases."""
-    own = []
-    attempt = None if reservation is None else reservation.attempt
-    if reservation is not None:
-        own.append(
-            EventDraft(
-                EventType.EFFECT_RESERVED,
-                request.action_id,
-                request.effect_key,
-                data={
-                    "attempt": attempt,
-                    "lease_expires_at": reservation.lease_expires_at.isoformat(),
-                },
-            )
-        )
-    if request.execute:
-        own.append(
-            EventDraft(
-                EventType.EXECUTION_STARTED,
-                request.action_id,
-                request.effect_key,
-                data={"attempt": attempt},
-            )
-        )
-    return own
 
 
 def append_events(txn: PgTxn, drafts: Iterable[EventDraft]) -> None:

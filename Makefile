@@ -32,9 +32,11 @@ unit: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/ctrlrun demo
 
-## bench: floor and ctrlrun side by side, same run (not part of make test)
+## bench: floor and ctrlrun side by side, same run (not part of make test); SQLite, then
+## Postgres (a throwaway embedded cluster, or CTRLRUN_BENCH_POSTGRES_URL); both always run
 bench: $(STAMP)
-	cd bench && ../$(BIN)/python sqlite_bench.py
+	cd bench && status=0; ../$(BIN)/python sqlite_bench.py || status=1; \
+	  ../$(BIN)/python postgres_bench.py $(BENCH_ARGS) || status=1; exit $$status
 
 ## soak: contended protected calls with injected faults, then the history checker
 ##       (BACKEND=sqlite|postgres; postgres starts its own throwaway server; docs/soak.md)

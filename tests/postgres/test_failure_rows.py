@@ -23,8 +23,8 @@ from .conftest import KEY, in_thread, wait_for_lock_waiter
 pytestmark = pytest.mark.postgres
 
 
-def start(store, action_id="act_1", key=KEY):
-    return store.start_action(StartRequest(action_id=action_id, effect_key=key))
+def start(store, action_id="act_1", key=KEY, **kwargs):
+    return store.start_action(StartRequest(action_id=action_id, effect_key=key, **kwargs))
 
 
 def at_first_commit(pg_schema, name: str, statement: str) -> None:
@@ -187,8 +187,11 @@ class TestBeforeCommit:
         self, open_store, pg_proxy, pg_server, direct, branches
     ):
         store = open_store(pg_proxy.url_for(application_name="victim"))
-        pg_proxy.hold(lambda s: s.lstrip().startswith("INSERT") and ".effects" in s)
-        attempt = in_thread(lambda: start(store))
+        # a protected call's writes travel with their COMMIT (decision 0006); a transition on
+        # the planner's path still has a statement of its own before it: hold that one
+        start(direct, execute=False)
+        pg_proxy.hold(lambda s: "UPDATE" in s and ".effects" in s and "COMMIT" not in s)
+        attempt = in_thread(lambda: store.begin_execution(KEY, "act_1", 1))
         pg_proxy.wait_held(30)
         with pg_server.connect() as conn:
             killed = conn.execute(
@@ -199,20 +202,35 @@ class TestBeforeCommit:
         pg_proxy.release()
         with pytest.raises(WriteFailed):
             attempt.result(30)
-        assert branches() == [] and direct.get_effect(KEY) is None
-        assert in_thread(lambda: start(store)).result(30).reservation.attempt == 1
+        assert branches() == [] and direct.get_effect(KEY).state is EffectState.RESERVED
+        moved = in_thread(lambda: store.begin_execution(KEY, "act_1", 1)).result(30)
+        assert moved.state is EffectState.EXECUTING
 
     def test_a_connection_the_server_dropped_fails_one_write_and_is_replaced(
+        self, open_store, pg_schema, direct, branches
+    ):
+        """The store never retries behind the caller's back: a write whose first statement
+        meets the dead connection fails (nothing committed); the next one connects again."""
+        start(direct, execute=False)
+        store = open_store(pg_schema.server.url_for(application_name="dropped"))
+        assert len(store.list_effects()) == 1
+        terminate_idle(pg_schema.server, "dropped")
+        with pytest.raises(WriteFailed):
+            store.begin_execution(KEY, "act_1", 1)
+        assert branches() == []
+        assert store.begin_execution(KEY, "act_1", 1).state is EffectState.EXECUTING
+
+    def test_a_folded_write_on_a_dropped_connection_is_unknown_and_settled_by_re_reading(
         self, open_store, pg_schema, branches
     ):
-        """The store never retries behind the caller's back: the write that meets the dead
-        connection fails (nothing committed); the next one connects again."""
+        """A folded start sends BEGIN and COMMIT in one message: when it meets a dead
+        connection nobody can tell whether the server ran it, so it is the unknown row — the
+        re-read finds no row and the same transaction is issued once (decision 0006)."""
         store = open_store(pg_schema.server.url_for(application_name="dropped"))
         assert store.list_effects() == ()
         terminate_idle(pg_schema.server, "dropped")
-        with pytest.raises(WriteFailed):
-            start(store)
-        assert branches() == [] and start(store).reservation.attempt == 1
+        assert start(store).reservation.attempt == 1
+        assert branches() == [("A1_REINSERT", KEY)]
         terminate_idle(pg_schema.server, "dropped")
         with pytest.raises(StoreError) as caught:  # a read on it fails the same way
             store.get_effect(KEY)

@@ -10,6 +10,7 @@ psycopg is imported only once a store is constructed, so ``import ctrlrun`` (and
 * ``txn``: the ``Txn`` a write runs in: the server's clock, deferred statements, witnesses.
 * ``witness``: what a write left behind, and how a re-read recognises it.
 * ``engine``: one write transaction, the two failure rows, and the lost-COMMIT recovery.
+* ``folded``: a protected call's two transactions, each sent as one message (decision 0006).
 * ``atopen``: the checks at open and the migrations.
 * ``skew``: measuring the application clock against the server's.
 * ``store``: ``PostgresStateStore``, the ``StateStore`` protocol over the parts above.

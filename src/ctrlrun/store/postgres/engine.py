@@ -205,16 +205,12 @@ class Engine:
             raise self._failed(operation, exc) from exc
 
     def _begin(self, conn: Connection, operation: str) -> PgTxn:
+        """A transaction whose ``BEGIN`` travels with its first statement (or its COMMIT):
+        nothing is sent yet, so nothing can fail here."""
         txn = PgTxn(
             conn, self.queries, schema=self.schema, now=self.clock() if self.clock else None
         )
-        try:
-            txn.begin("txn_begin_clockless" if self.clock else "txn_begin")
-        except BaseException as exc:
-            self._rollback(conn)
-            if isinstance(exc, psycopg.Error):
-                raise self._failed(operation, exc) from exc
-            raise
+        txn.defer_begin()
         return txn
 
     def _rollback(self, conn: Connection) -> None:

@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from ctrlrun._time import Clock, check_positive, utc_now
-from ctrlrun.errors import AmbiguousEffect, CtrlrunError, StoreError
+from ctrlrun.errors import AmbiguousEffect, CtrlrunError, StoreError, WriteFailed
 from ctrlrun.kernel.approval import (
     ApprovalRecord,
     ApprovalRequestDraft,
@@ -32,6 +32,7 @@ from ctrlrun.store.ops import KeptRefusal, Txn
 from ctrlrun.store.ops.actions import finish_action_in_txn, record_in_txn, start_action_in_txn
 from ctrlrun.store.ops.approvals import answer_approval_in_txn, put_approval_request_in_txn
 from ctrlrun.store.ops.effects import begin_execution_in_txn, resolve_effect_in_txn
+from ctrlrun.store.postgres import folded
 from ctrlrun.store.postgres.names import check_schema_name, load_driver
 from ctrlrun.store.postgres.skew import DEFAULT_THRESHOLD, ClockSkew, SkewSchedule, measure
 from ctrlrun.store.protocol import DriverTxn, FinishRequest, Started, StartRequest
@@ -39,6 +40,7 @@ from ctrlrun.store.reads import StoreReads
 
 if TYPE_CHECKING:
     from ctrlrun.store.postgres.engine import Engine
+    from ctrlrun.store.postgres.txn import PgTxn
 
 T = TypeVar("T")
 log = logging.getLogger("ctrlrun.postgres")
@@ -151,36 +153,84 @@ class PostgresStateStore(StoreReads):
     # --- the protected call --------------------------------------------------------------
 
     def start_action(self, request: StartRequest) -> Started:
-        """See ``StateStore.start_action``."""
+        """See ``StateStore.start_action``. Folded into the COMMIT's message when the key is
+        absent; a key that exists (CR001, nothing committed) goes to the shared
+        ``start_action_in_txn``, which reads the record and asks the planner."""
         lapsed: list[bool] = []
 
-        def work(txn: Txn) -> Started:
-            try:
-                return start_action_in_txn(txn, request)
-            except KeptRefusal as kept:
-                lapsed.append(isinstance(kept.refusal, AmbiguousEffect))
-                raise
+        def run(fold: bool) -> Started | folded.PendingStart:
+            def work(txn: PgTxn) -> Started | folded.PendingStart:
+                try:
+                    return folded.start(txn, request) if fold else start_action_in_txn(txn, request)
+                except KeptRefusal as kept:
+                    lapsed.append(isinstance(kept.refusal, AmbiguousEffect))
+                    raise
+
+            return self._engine.write(work, operation="start_action")
 
         try:
-            return self._engine.write(work, operation="start_action")
+            try:
+                started = run(fold=True)
+            except WriteFailed as exc:
+                if exc.sqlstate != folded.GUARD_SQLSTATE:
+                    raise
+                started = run(fold=False)
         except AmbiguousEffect:
             if any(lapsed):  # a lease was found expired: judge the clocks (never the lease)
                 self._check_skew("lease_expired", request.action_id, request.effect_key)
             raise
+        return self._granted(started)
+
+    def _granted(self, started: Started | folded.PendingStart) -> Started:
+        """What a folded start granted: from the COMMIT's answer, or — when the answer was
+        lost and the re-read proved the reservation ours — from the record."""
+        if isinstance(started, Started):
+            return started
+        granted = started.started()
+        if granted is not None:
+            return granted
+        key = started.request.effect_key
+        record = self.get_effect(key) if key is not None else None
+        if record is None or record.lease_expires_at is None:
+            raise StoreError(f"the reservation of {key!r} landed but cannot be read back")
+        return started.granted(record.lease_expires_at)
 
     def finish_action(self, request: FinishRequest) -> Receipt:
-        """See ``StateStore.finish_action``."""
-        return self._engine.write(
-            lambda txn: finish_action_in_txn(txn, request), operation="finish_action"
-        )
+        """See ``StateStore.finish_action``. Folded into the COMMIT's message; when the
+        outcome's conditional move matched no row (CR001, nothing committed), the shared
+        ``finish_action_in_txn`` re-reads and decides in a new transaction."""
+        try:
+            pending = self._engine.write(
+                lambda txn: folded.finish(txn, request), operation="finish_action"
+            )
+        except WriteFailed as exc:
+            if exc.sqlstate != folded.GUARD_SQLSTATE:
+                raise
+            return self._engine.write(
+                lambda txn: finish_action_in_txn(txn, request), operation="finish_action"
+            )
+        return self._stored(pending)
 
     def record(
         self, events: tuple[EventDraft, ...], receipt: Mapping[str, Any] | None = None
     ) -> Receipt | None:
         """See ``StateStore.record``."""
-        return self._engine.write(
-            lambda txn: record_in_txn(txn, events, receipt), operation="record"
+        pending = self._engine.write(
+            lambda txn: folded.record(txn, events, receipt), operation="record"
         )
+        return None if pending is None else self._stored(pending)
+
+    def _stored(self, pending: folded.PendingReceipt) -> Receipt:
+        """The receipt a folded transaction appended: from the COMMIT's answer, or — when the
+        answer was lost and the re-read proved the transaction landed — read back."""
+        stored = pending.stored()
+        if stored is not None:
+            return stored
+        rows = self._rows("receipt_get", {"receipt_id": pending.receipt_id})
+        if not rows:
+            raise StoreError(f"receipt {pending.receipt_id} landed but cannot be read back")
+        row = rows[0]
+        return Receipt(int(row["seq"]), pending.receipt_id, row["document"], row["hash"])
 
     def begin_execution(self, effect_key: str, action_id: str, attempt: int) -> EffectRecord:
         """See ``StateStore.begin_execution``."""

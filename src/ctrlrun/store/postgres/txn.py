@@ -1,7 +1,8 @@
 """The ``Txn`` a Postgres write (or read) runs in.
 
-* ``now`` is the server's ``now()`` read by the ``BEGIN`` round trip (lease time is the
-  database's time), unless the store was given a clock; a read-only ``Txn`` fetches it lazily.
+* ``now`` is the server's ``now()`` (lease time is the database's time), read when first
+  asked for — in the same message as the deferred ``BEGIN`` when it is the first statement —
+  unless the store was given a clock.
 * Statements whose row count nobody needs (``run_many``, ``run_later``) are bound on the client
   and sent in the same simple-query round trip as the next statement, or as the COMMIT. A
   failure among them is still reported before the COMMIT takes effect: the server skips the
@@ -11,6 +12,11 @@
 * ``connection`` hands the driver connection to a caller's own SQL (a durable database
   step): the queued statements are sent first, so the caller's statements follow everything
   the transaction did before them, and what it writes commits or rolls back with the rest.
+* A folded transaction (``defer_begin``) sends nothing at ``BEGIN``: ``BEGIN`` travels with
+  its first statement, or with the COMMIT (``folded``). Its folded statements stamp the
+  transaction's time on the server (``now_param`` is None) unless the store was given a
+  clock; ``fetch_later`` keeps the rows of a queued statement, read when it is sent
+  (``returned``).
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from typing import Any
 import psycopg
 
 from ctrlrun.store.postgres.connections import Connection
-from ctrlrun.store.postgres.witness import EFFECT_WRITES, Witness
+from ctrlrun.store.postgres.witness import DEFERRABLE, EFFECT_WRITES, Witness
 
 Row = dict[str, Any]
 _NUL = "\x00"
@@ -41,6 +47,8 @@ class PgTxn:
         "_pending",
         "_queries",
         "_schema",
+        "_wanted",
+        "returned",
         "witness",
         "write_token",
     )
@@ -60,6 +68,8 @@ class PgTxn:
         self._cur = conn.cursor()
         self._client: psycopg.ClientCursor[Any] | None = None
         self._pending: list[str] = []
+        self._wanted: dict[int, str] = {}
+        self.returned: dict[str, list[Row]] = {}
         self._now = now
         self._now_source = now_source
         self.witness = Witness()
@@ -71,8 +81,14 @@ class PgTxn:
     def now(self) -> datetime:
         """The transaction's clock reading (see the module docstring)."""
         if self._now is None:
-            source = self._now_source or self._server_now
-            self._now = source()
+            if self._pending and "clock_now" in self._wanted.values():
+                self._flush()  # BEGIN has not gone yet: send it, and the clock with it
+            rows = self.returned.get("clock_now")
+            if rows:
+                self._now = self.read_ts(rows[0]["now"])
+            else:
+                source = self._now_source or self._server_now
+                self._now = source()
         return self._now
 
     def one(self, query: str, params: Mapping[str, Any]) -> Row | None:
@@ -97,11 +113,29 @@ class PgTxn:
     def run_later(self, query: str, params: Mapping[str, Any]) -> None:
         """Queue ``query``; it travels with the next statement or the COMMIT. Only for
         statements that either change exactly what they say or fail the transaction."""
-        if query in EFFECT_WRITES:
+        if query in EFFECT_WRITES and query not in DEFERRABLE:
             raise AssertionError(f"{query} needs its row count checked; it cannot be deferred")
         bound = self._stamp(query, params)
         self._pending.append(self._bind(query, bound))
         self.witness.saw(query, bound, 1)
+
+    def fetch_later(self, query: str, params: Mapping[str, Any]) -> None:
+        """``run_later``, keeping the statement's rows in ``returned[query]`` once it is sent
+        (with the COMMIT: they are there only if the COMMIT's answer came)."""
+        self._wanted[len(self._pending)] = query
+        self.run_later(query, params)
+
+    def fix_now(self, value: Any) -> datetime:
+        """Adopt the server's reading of the transaction's time (a folded statement's)."""
+        if self._now is None:
+            self._now = self.read_ts(value)
+        return self._now
+
+    @property
+    def now_param(self) -> datetime | None:
+        """The ``now`` a folded statement binds: the store's clock reading, or None for the
+        server's ``now()``. Never reads the server."""
+        return self._now if self._now_source is None else None
 
     def ts(self, value: datetime | None) -> datetime | None:
         return value
@@ -127,23 +161,28 @@ class PgTxn:
 
     # --- used by the engine --------------------------------------------------------------
 
-    def begin(self, begin_query: str) -> None:
-        """Open the transaction; read the server's clock unless a clock was given."""
-        self._cur.execute(self._queries[begin_query])
+    def lean(self) -> None:
+        """Drop what ``defer_begin`` queued beyond ``BEGIN`` (the search path, the clock read)
+        when nothing has been sent yet: for folded work, whose statements name their schema
+        and stamp the server's time themselves."""
+        if self._pending[:1] == [self._queries["txn_open"]] and len(self._pending) <= 3:
+            self._pending = self._pending[:1]
+            self._wanted = {}
+
+    def defer_begin(self) -> None:
+        """Open the transaction lazily: ``BEGIN`` is queued, and sent with the first
+        statement or the COMMIT. Without a clock, the server's ``now()`` is queued with it, so
+        the first statement brings the transaction's time back at no extra round trip."""
+        self._pending.extend((self._queries["txn_open"], self._queries["txn_search_path"]))
         if self._now is None and self._now_source is None:
-            while self._cur.nextset():
-                pass
-            row = self._cur.fetchone()
-            assert row is not None
-            self._now = self.read_ts(row["now"])
+            self._wanted[len(self._pending)] = "clock_now"
+            self._pending.append(self._queries["clock_now"])
 
     def commit(self) -> str | None:
         """Send the queued statements and ``COMMIT`` in one message; return COMMIT's tag
         (``"COMMIT"``, or ``"ROLLBACK"`` if the server had already failed the transaction)."""
-        self._cur.execute("; ".join([*self._pending, "COMMIT"]))
-        self._pending.clear()
-        while self._cur.nextset():
-            pass
+        statements, self._pending = [*self._pending, "COMMIT"], []
+        self._send(statements)
         return self._cur.statusmessage
 
     # --- helpers -------------------------------------------------------------------------
@@ -151,19 +190,28 @@ class PgTxn:
     def _flush(self) -> None:
         if self._pending:
             statements, self._pending = self._pending, []
-            self._cur.execute("; ".join(statements))
-            while self._cur.nextset():
-                pass
+            self._send(statements)
 
     def _execute(self, query: str, params: Mapping[str, Any]) -> None:
         if not self._pending:
             self._cur.execute(self._queries[query], params)
             return
         statements = [*self._pending, self._bind(query, params)]
-        self._pending.clear()
+        self._pending = []
+        self._send(statements)  # the result that matters is the last one
+
+    def _send(self, statements: list[str]) -> None:
+        """One simple-query message; one result per statement, in order. The rows of every
+        statement queued by ``fetch_later`` are kept; the cursor ends on the last result."""
+        wanted, self._wanted = self._wanted, {}
         self._cur.execute("; ".join(statements))
-        while self._cur.nextset():  # the result that matters is the last one
-            pass
+        index = 0
+        while True:
+            if index in wanted:
+                self.returned[wanted[index]] = self._cur.fetchall()
+            if not self._cur.nextset():
+                return
+            index += 1
 
     def _bind(self, query: str, params: Mapping[str, Any]) -> str:
         if self._client is None:
@@ -185,7 +233,7 @@ class PgTxn:
         return stamped
 
     def _server_now(self) -> datetime:
-        self._cur.execute(self._queries["clock_now"])
+        self._execute("clock_now", {})  # after a deferred BEGIN: inside the transaction
         row = self._cur.fetchone()
         assert row is not None
         return self.read_ts(row["now"])

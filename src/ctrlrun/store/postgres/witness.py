@@ -20,17 +20,27 @@ exactly ours the transaction committed (``LANDED``), whatever became of the effe
 
 An effect row is ours only if it carries this transaction's random ``write_token`` as well as
 every column we wrote: the action_id alone proves nothing, since two attempts can share one.
+
+Folded writes (decision 0006) travel with their COMMIT, so some values are known only to the
+server when the answer is lost: the transaction's time (``now`` is None: the server's
+``now()``), a receipt's seq and its predecessor's hash. Each judge compares every value the
+client bound and checks the rest for what they must be: the time stamped on a moved effect is
+whatever the server's clock said (the write token, a secret of this transaction, already
+proves authorship); a receipt is ours when its document is exactly our rendered text with its
+own seq and a prev_hash filled in and its hash is that text's SHA-256.
 This module is pure: no driver, no I/O.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Final
 
+from ctrlrun.canonical import sha256_hex
 from ctrlrun.errors import (
     AmbiguityReason,
     AmbiguousWrite,
@@ -39,6 +49,7 @@ from ctrlrun.errors import (
     DuplicateEffect,
     DuplicateState,
     MismatchReason,
+    WriteFailed,
 )
 from ctrlrun.kernel.approval import plan_answer
 from ctrlrun.kernel.effect import EffectState, plan_reservation, plan_transition
@@ -47,15 +58,29 @@ from ctrlrun.store.codec import approval_from_row, effect_from_row
 Params = Mapping[str, Any]
 Row = Mapping[str, Any]
 
-EFFECT_WRITES: Final = frozenset({"effect_insert", "effect_renew", "effect_move"})
+GUARD_SQLSTATE: Final = "CR001"
+"""Raised by ``ctrlrun_expect_one`` (migration 0004): a folded conditional write matched no row."""
+
+EFFECT_WRITES: Final = frozenset(
+    {"effect_insert", "effect_renew", "effect_move", "effect_reserve_folded", "effect_move_folded"}
+)
+DEFERRABLE: Final = frozenset({"effect_reserve_folded", "effect_move_folded"})
+"""Effect writes that may travel with the COMMIT: they raise (CR001) when they match no row."""
 APPROVAL_WRITES: Final = frozenset(
     {"approval_insert", "approval_answer", "approval_consume", "approval_set_status"}
 )
-RECEIPT_WRITES: Final = frozenset({"receipt_insert"})
+RECEIPT_WRITES: Final = frozenset({"receipt_insert", "receipt_append_folded"})
 DOCUMENT_WRITES: Final = frozenset({"document_insert", "document_update"})
 OUTBOX_WRITES: Final = frozenset({"outbox_settle"})
 INSERTS: Final = frozenset(
-    {"effect_insert", "approval_insert", "receipt_insert", "document_insert"}
+    {
+        "effect_insert",
+        "effect_reserve_folded",
+        "approval_insert",
+        "receipt_insert",
+        "receipt_append_folded",
+        "document_insert",
+    }
 )
 
 
@@ -195,6 +220,40 @@ def _effect_moved(p: Params, row: Row | None) -> bool:
     return _same(p, row, columns) and resolver_kept
 
 
+def _effect_reserved_folded(p: Params, row: Row | None) -> bool:
+    """Attempt 1 as this transaction inserted it: every bound column, the token, one instant
+    for created_at and updated_at (the given clock's, if any) and the lease after it."""
+    if not _same(p, row, ("effect_key", "state", "action_id", "write_token")) or row is None:
+        return False
+    stamped = row["created_at"] == row["updated_at"] and (p["now"] in (None, row["created_at"]))
+    leased = row["lease_expires_at"] == row["created_at"] + p["lease"]
+    return row["attempt"] == 1 and stamped and leased and _cleared(row, _EFFECT_CLEARED)
+
+
+def _effect_moved_folded(p: Params, row: Row | None) -> bool:
+    columns = ("state", "action_id", "attempt", "lease_expires_at", "result_json", "error")
+    stamped = p["now"] is None or (row or {}).get("updated_at") == p["now"]
+    resolver_kept = p["resolved_by"] is None or (row or {}).get("resolved_by") == p["resolved_by"]
+    return _same(p, row, (*columns, "write_token")) and stamped and resolver_kept
+
+
+def _receipt_appended(p: Params, row: Row | None) -> bool:
+    """Our rendered text with the row's own seq and its stored prev_hash filled in, and the
+    hash that text's SHA-256 (the receipt_id, fresh per draft, names the row)."""
+    if row is None or row["seq"] is None:
+        return False
+    text = str(row["document"])
+    try:
+        prev = json.loads(text).get("prev_hash")
+    except (ValueError, AttributeError):
+        return False
+    if not isinstance(prev, str):
+        return False
+    expected = str(p["template"]).replace(str(p["seq_mark"]), str(row["seq"]))
+    expected = expected.replace(str(p["prev_mark"]), prev)
+    return text == expected and row["hash"] == sha256_hex(text.encode("utf-8"))
+
+
 def _document_saved(p: Params, row: Row | None, version: int) -> bool:
     """The document as this save left it: the version, the content's digest, the writer and
     the transaction's own instant (``saved_at``)."""
@@ -232,6 +291,9 @@ _LANDED: Final[dict[str, Callable[[Params, Row | None], bool]]] = {
     ),
     "approval_set_status": lambda p, row: _same(p, row, ("status",)),
     "receipt_insert": lambda p, row: _same(p, row, ("seq", "document", "hash")),
+    "receipt_append_folded": _receipt_appended,
+    "effect_move_folded": _effect_moved_folded,
+    "effect_reserve_folded": _effect_reserved_folded,
     "document_insert": lambda p, row: (
         _document_saved(p, row, 1) and (row or {}).get("kind") == p["kind"]
     ),
@@ -241,22 +303,30 @@ _LANDED: Final[dict[str, Callable[[Params, Row | None], bool]]] = {
 
 # --- "before": the row as the write found it ----------------------------------------------
 
-_UNCHANGED: Final[dict[str, Callable[[Params, Row | None], bool]]] = {
-    "effect_insert": lambda p, row: row is None,
-    "effect_renew": lambda p, row: (
-        row is not None and row["state"] == "failed" and row["attempt"] == p["from_attempt"]
-    ),
-    "effect_move": lambda p, row: (
+
+def _effect_unmoved(p: Params, row: Row | None) -> bool:
+    return (
         row is not None
         and row["state"] == p["from_state"]
         and row["action_id"] == p["action_id"]
         and row["attempt"] == p["attempt"]
+    )
+
+
+_UNCHANGED: Final[dict[str, Callable[[Params, Row | None], bool]]] = {
+    "effect_insert": lambda p, row: row is None,
+    "effect_reserve_folded": lambda p, row: row is None,
+    "effect_renew": lambda p, row: (
+        row is not None and row["state"] == "failed" and row["attempt"] == p["from_attempt"]
     ),
+    "effect_move": _effect_unmoved,
+    "effect_move_folded": _effect_unmoved,
     "approval_insert": lambda p, row: row is None,
     "approval_answer": lambda p, row: row is not None and row["status"] == "pending",
     "approval_consume": lambda p, row: row is not None and row["status"] == "granted",
     "approval_set_status": lambda p, row: row is not None and row["status"] == p["from_status"],
     "receipt_insert": lambda p, row: row is None,
+    "receipt_append_folded": lambda p, row: row is None,
     "document_insert": lambda p, row: row is None,
     # versions only grow: still at the base version means no save landed since, ours included
     "document_update": lambda p, row: row is not None and row["version"] == p["expected_version"],
@@ -270,19 +340,32 @@ _UNCHANGED: Final[dict[str, Callable[[Params, Row | None], bool]]] = {
 # --- "something else": the planner's refusal -----------------------------------------------
 
 
+def _not_ours(key: str) -> WriteFailed:
+    return WriteFailed(
+        f"effect {key!r}: the folded reservation met a record it did not write; the planner"
+        " decides in a new transaction",
+        sqlstate=GUARD_SQLSTATE,
+        operation="start_action",
+    )
+
+
 def refusal(evidence: Evidence, row: Row | None, now: datetime, read_ts: Any) -> CtrlrunError:
     """What to raise when the re-read found neither our row nor the row as it was before.
 
     The effect's own planner decides (a reservation: ``plan_reservation``; a transition:
     ``plan_transition``); if it would let the write proceed, the answer is still a refusal
     (``DuplicateEffect(in_progress)``): recovery re-issues only what it proved did not land.
+    One exception: a folded reservation only ever inserts attempt 1 on an absent key, so a
+    record the planner would renew (FAILED) holds no live attempt of ours — if ours landed, it
+    was moved on and never executed. That answer is ``WriteFailed(CR001)``, as if the guard
+    had fired: the store asks the planner again in a new transaction.
     """
     write = evidence.first
     p = write.params
     if evidence.kind == "effect":
         record = None if row is None else effect_from_row(row, read_ts)
         key = str(p["effect_key"])
-        if write.query == "effect_move":
+        if write.query in {"effect_move", "effect_move_folded"}:
             found = plan_transition(
                 record,
                 effect_key=key,
@@ -292,11 +375,13 @@ def refusal(evidence: Evidence, row: Row | None, now: datetime, read_ts: Any) ->
                 now=now,
             )
         else:
-            lease = p["lease_expires_at"] - p["updated_at"]
+            lease = p["lease"] if "lease" in p else p["lease_expires_at"] - p["updated_at"]
             plan = plan_reservation(
                 record, effect_key=key, action_id=str(p["action_id"]), lease=lease, now=now
             )
             found = plan.refusal
+            if found is None and write.query == "effect_reserve_folded":
+                return _not_ours(key)
         return found or DuplicateEffect(
             f"effect {key!r} changed under a concurrent writer while a COMMIT went unanswered",
             state=DuplicateState.IN_PROGRESS,

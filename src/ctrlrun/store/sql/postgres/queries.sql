@@ -5,16 +5,9 @@
 
 -- --- transactions ----------------------------------------------------------------------------
 
--- name: txn_begin
--- A write transaction opens with the server's clock: lease time is the database's time.
-BEGIN; SET LOCAL search_path TO {schema}; SELECT now() AS now;
-
--- name: txn_begin_clockless
--- A write transaction for a store given an explicit clock (tests): no server time needed.
-BEGIN; SET LOCAL search_path TO {schema};
-
 -- name: clock_now
--- The server's time, for a read that needs one (outside a transaction: the statement's time).
+-- The server's time (inside a write transaction, its start: sent in the same message as the
+-- deferred BEGIN when it is the first statement; outside one, the statement's time).
 SELECT now() AS now;
 
 -- name: clock_read

@@ -1,0 +1,219 @@
+"""The protected call's two transactions, each in one round trip (decision 0006).
+
+The common case of each transaction is written here; everything else goes to the shared
+``store/ops`` functions, which ask the planner:
+
+* ``start``: the reservation of an absent key (a guarded ``INSERT … ON CONFLICT DO NOTHING``,
+  stamped with the server's time) and the events, with ``BEGIN`` and ``COMMIT`` in one
+  message. A key that exists raises CR001 and nothing commits: the store then runs
+  ``start_action_in_txn``, which reads the record and plans, in a new transaction. A start
+  with an approval takes that shared path directly (the approval is read and checked first).
+* ``finish`` / ``record``: the outcome (a guarded ``effect_move``), the events, the head lock
+  and the receipt linked and hashed on the server, all in one message, so the chain's head row
+  is locked only while the server runs the tail of that message and flushes it. CR001 sends
+  the store to ``finish_action_in_txn`` in a new transaction.
+
+Every folded write is recorded in the witness, so a lost COMMIT is settled by re-reading as
+before; what only the server knew (its time, the receipt's seq) is read back when needed.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Final
+
+from ctrlrun.canonical import canonical_text
+from ctrlrun.kernel.effect import EffectState, Reservation
+from ctrlrun.kernel.event import EventDraft, EventType
+from ctrlrun.kernel.receipt import StoredReceipt
+from ctrlrun.store.codec import event_data_json, result_json
+from ctrlrun.store.ops.actions import start_action_in_txn
+from ctrlrun.store.postgres.witness import GUARD_SQLSTATE
+from ctrlrun.store.protocol import FinishRequest, Started, StartRequest
+
+__all__ = ["GUARD_SQLSTATE", "PendingReceipt", "PendingStart", "finish", "record", "start"]
+
+if TYPE_CHECKING:  # the driver is imported when a store is constructed, not before
+    from ctrlrun.store.postgres.txn import PgTxn
+
+
+_MICROSECOND: Final = timedelta(microseconds=1)
+
+
+def start(txn: PgTxn, request: StartRequest) -> Started | PendingStart:
+    """Transaction 1: folded unless an approval must be read and checked first (its own
+    round trip), which the shared ``start_action_in_txn`` does."""
+    if request.approval_id is not None:
+        return start_action_in_txn(txn, request)
+    txn.lean()
+    if request.effect_key is None:
+        return start_plain(txn, request)
+    return start_effect(txn, request)
+
+
+def start_effect(txn: PgTxn, request: StartRequest) -> PendingStart:
+    """Transaction 1 for a call with an effect key and no approval: the guarded reservation
+    and the events, all with the COMMIT (see the module)."""
+    assert request.effect_key is not None
+    state = EffectState.EXECUTING if request.execute else EffectState.RESERVED
+    lease_us = request.lease // _MICROSECOND
+    txn.fetch_later(
+        "effect_reserve_folded",
+        {
+            "now": txn.now_param,
+            "effect_key": request.effect_key,
+            "state": str(state),
+            "action_id": request.action_id,
+            "lease_us": lease_us,
+            "lease": request.lease,
+        },
+    )
+    append_events(txn, request.events)
+    mark = f"ctrlrun-lease-{uuid.uuid4().hex}"
+    reserved = EventDraft(
+        EventType.EFFECT_RESERVED,
+        request.action_id,
+        request.effect_key,
+        data={"attempt": 1, "lease_expires_at": mark},
+    )
+    txn.run_later(
+        "event_insert_reserved_folded",
+        {**_event_params(txn, reserved), "lease_us": lease_us, "lease_mark": mark},
+    )
+    if request.execute:
+        started = EventDraft(
+            EventType.EXECUTION_STARTED, request.action_id, request.effect_key, data={"attempt": 1}
+        )
+        append_events(txn, (started,))
+    return PendingStart(txn, request)
+
+
+@dataclass(frozen=True, slots=True)
+class PendingStart:
+    """A reservation queued with the COMMIT: its time comes back with the COMMIT's answer."""
+
+    txn: PgTxn
+    request: StartRequest
+
+    def started(self) -> Started | None:
+        """What was granted, or None when the answer was lost (the re-read proved the
+        transaction landed: read the record for its lease)."""
+        rows = self.txn.returned.get("effect_reserve_folded")
+        if not rows:
+            return None
+        return self.granted(self.txn.read_ts(rows[0]["now"]) + self.request.lease)
+
+    def granted(self, lease_expires_at: datetime) -> Started:
+        assert self.request.effect_key is not None
+        key, action_id = self.request.effect_key, self.request.action_id
+        return Started(Reservation(key, action_id, 1, lease_expires_at), None)
+
+
+def start_plain(txn: PgTxn, request: StartRequest) -> Started:
+    """Transaction 1 for a call with neither an effect key nor an approval: its events, with
+    the COMMIT (one round trip)."""
+    own: list[EventDraft] = []
+    if request.execute:  # as start_action_in_txn writes it: no attempt without a key
+        started = {"attempt": None}
+        own.append(EventDraft(EventType.EXECUTION_STARTED, request.action_id, None, data=started))
+    append_events(txn, (*request.events, *own))
+    return Started(None, None)
+
+
+def append_events(txn: PgTxn, drafts: Iterable[EventDraft]) -> None:
+    """Queue ``drafts`` in order, stamped with the transaction's time."""
+    for draft in drafts:
+        txn.run_later("event_insert_folded", _event_params(txn, draft))
+
+
+def _event_params(txn: PgTxn, draft: EventDraft) -> dict[str, Any]:
+    return {
+        "now": txn.now_param,
+        "type": str(draft.type),
+        "action_id": draft.action_id,
+        "effect_key": draft.effect_key,
+        "approval_id": draft.approval_id,
+        "data_json": event_data_json(draft.data),
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class PendingReceipt:
+    """A receipt queued with the COMMIT: its row comes back with the COMMIT's answer."""
+
+    txn: PgTxn
+    receipt_id: str
+
+    def stored(self) -> StoredReceipt | None:
+        """The receipt as the server linked it, or None when the answer was lost (the
+        re-read proved the transaction landed: read the row by ``receipt_id``)."""
+        rows = self.txn.returned.get("receipt_append_folded")
+        if not rows:
+            return None
+        row = rows[0]
+        return StoredReceipt(int(row["seq"]), self.receipt_id, row["document"], row["hash"])
+
+
+def finish(txn: PgTxn, request: FinishRequest) -> PendingReceipt:
+    """Transaction 2 for any call: outcome (guarded), events, chained receipt — all queued
+    for the COMMIT's message."""
+    txn.lean()
+    if request.effect_key is not None and request.outcome is not None:
+        txn.run_later(
+            "effect_move_folded",
+            {
+                "now": txn.now_param,
+                "effect_key": request.effect_key,
+                "state": str(request.outcome),
+                "lease_expires_at": None,
+                "result_json": result_json(request.result),
+                "error": request.error,
+                "resolved_by": None,
+                "from_state": str(EffectState.EXECUTING),
+                "action_id": request.action_id,
+                "attempt": request.attempt or 0,
+            },
+        )
+    append_events(txn, request.events)
+    return append_receipt(txn, request.receipt)
+
+
+def record(
+    txn: PgTxn, events: tuple[EventDraft, ...], receipt: Mapping[str, Any] | None
+) -> PendingReceipt | None:
+    """``record_in_txn``, folded: events and, optionally, a receipt, with the COMMIT."""
+    txn.lean()
+    append_events(txn, events)
+    return None if receipt is None else append_receipt(txn, receipt)
+
+
+def append_receipt(txn: PgTxn, draft: Mapping[str, Any]) -> PendingReceipt:
+    """Queue the head lock, the receipt linked on the server and the head's advance.
+
+    The document is rendered here, canonical, with two random marks for ``seq`` (a JSON
+    string, replaced with the number) and ``prev_hash`` (replaced inside its quotes); the
+    server fills them from the locked head and hashes the result.
+    """
+    nonce = uuid.uuid4().hex
+    seq_mark, prev_mark = f"ctrlrun-seq-{nonce}", f"ctrlrun-prev-{nonce}"
+    template = canonical_text({**draft, "seq": seq_mark, "prev_hash": prev_mark})
+    receipt_id = str(draft["receipt_id"])
+    txn.run_later("chain_head_lock", {})
+    txn.fetch_later(
+        "receipt_append_folded",
+        {
+            "now": txn.now_param,
+            "receipt_id": receipt_id,
+            "action_id": draft["action_id"],
+            "effect_key": draft.get("effect_key"),
+            "result": draft["result"],
+            "template": template,
+            "seq_mark": f'"{seq_mark}"',
+            "prev_mark": prev_mark,
+        },
+    )
+    txn.run_later("chain_head_advance_folded", {"receipt_id": receipt_id})
+    return PendingReceipt(txn, receipt_id)

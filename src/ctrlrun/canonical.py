@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import json.encoder
 import secrets
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from json.encoder import encode_basestring
 from typing import Any, Final
 
 from ctrlrun.errors import InvalidArgument
@@ -23,6 +25,22 @@ GENESIS_HASH: Final = "sha256:" + "00" * 32
 
 _ENCODER: Final = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+
+
+def _unencodable(value: Any) -> Any:
+    raise TypeError(f"{type(value).__name__} is not plain JSON data")
+
+
+# ``JSONEncoder.encode`` builds a new C encoder on every call; the hot path encodes several
+# documents per protected call, so one is built once here, with the same settings. No cycle
+# markers: a plain value is a tree (``plain`` builds fresh ones; ``is_plain`` would not return
+# on a cycle).
+_make_encoder = getattr(json.encoder, "c_make_encoder", None)  # untyped in the stubs
+_C_ENCODER: Final[Callable[[Any, int], list[str]] | None] = (
+    _make_encoder(None, _unencodable, encode_basestring, None, ":", ",", True, False, False)
+    if _make_encoder is not None
+    else None
 )
 
 
@@ -78,9 +96,27 @@ def plain(value: Any, path: str = "$") -> Any:
     raise InvalidArgument(f"{path}: {type(value).__name__} has no canonical JSON form", path=path)
 
 
+def plain_text(value: Any) -> str:
+    """The canonical JSON text of ``value``, which the caller guarantees is plain already
+    (``is_plain`` holds, or it was built from plain parts): no validating walk.
+
+    Exactly ``canonical_text(value)`` for such a value. Text holding a lone surrogate comes
+    back as is; encoding it to UTF-8 fails (``canonical_bytes`` reports it).
+    """
+    if _C_ENCODER is not None:
+        return "".join(_C_ENCODER(value, 0))
+    return _ENCODER.encode(value)  # pragma: no cover - CPython always has the C encoder
+
+
+def string_text(value: str) -> str:
+    """The canonical JSON text of one ``str``: quoted, only ``"``, ``\\`` and control
+    characters escaped (what ``canonical_text`` writes for it inside any document)."""
+    return encode_basestring(value)
+
+
 def _encode(value: Any, path: str = "$") -> bytes:
     try:
-        return _ENCODER.encode(value if is_plain(value) else plain(value, path)).encode("utf-8")
+        return plain_text(value if is_plain(value) else plain(value, path)).encode("utf-8")
     except UnicodeEncodeError:
         raise InvalidArgument(
             f"{_surrogate_path(value, path)}: text is not valid Unicode (lone surrogate)"

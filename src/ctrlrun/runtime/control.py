@@ -33,7 +33,7 @@ from ctrlrun.kernel.approval import DEFAULT_APPROVAL_TTL, ApprovalRequestDraft
 from ctrlrun.kernel.effect import DEFAULT_LEASE, EffectState
 from ctrlrun.kernel.event import EventDraft, EventType
 from ctrlrun.kernel.policy import ActionPolicy, Decision, Policy
-from ctrlrun.kernel.receipt import Receipt, ReceiptResult
+from ctrlrun.kernel.receipt import Receipt, ReceiptDraft, ReceiptResult
 from ctrlrun.kernel.template import Template
 from ctrlrun.runtime.context import current_approval, executor_scope
 from ctrlrun.runtime.receipts import Verdict, describe, evaluated, proposed, receipt_draft
@@ -349,7 +349,7 @@ class Control:
         result: ReceiptResult,
         error: str | None,
         attempt: int | None,
-    ) -> dict[str, Any]:
+    ) -> ReceiptDraft:
         approval = started.approval
         return receipt_draft(
             call.action,

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from ctrlrun._time import encode_receipt_instant
 from ctrlrun.canonical import new_id
 from ctrlrun.kernel.action import Action
 from ctrlrun.kernel.event import EventDraft, EventType
-from ctrlrun.kernel.receipt import RECEIPT_SCHEMA, ReceiptResult
+from ctrlrun.kernel.receipt import RECEIPT_SCHEMA, ReceiptDraft, ReceiptResult
 from ctrlrun.store.codec import safe_text
 
 
@@ -35,9 +34,10 @@ def receipt_draft(
     approval_id: str | None = None,
     approver: str | None = None,
     error: str | None = None,
-) -> dict[str, Any]:
-    """The receipt document, without the ``seq``/``prev_hash`` the store adds when chaining."""
-    return {
+) -> ReceiptDraft:
+    """The receipt document, without the ``seq``/``prev_hash`` the store adds when chaining;
+    its canonical text is prepared in parts, with the action's own texts reused."""
+    fields = {
         "schema": RECEIPT_SCHEMA,
         "receipt_id": new_id("rcp"),
         "action_id": action.action_id,
@@ -59,6 +59,8 @@ def receipt_draft(
         "started_at": encode_receipt_instant(started_at),
         "finished_at": encode_receipt_instant(finished_at),
     }
+    texts = {"arguments": action.arguments_text, "principal": action.principal.text}
+    return ReceiptDraft(fields, texts)
 
 
 def describe(exc: BaseException) -> str:

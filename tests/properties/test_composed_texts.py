@@ -1,0 +1,95 @@
+"""The hot path composes canonical texts from parts; each must equal the validating encoder's.
+
+``Action``'s canonical bytes and ``stored_text``, a ``ReceiptDraft``'s linked text and an
+event's data are built without re-walking the values they were built from; for any input,
+the bytes must be exactly the ones ``canonical_text`` (or the event encoder) would write.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ctrlrun.canonical import canonical_text, sha256_hex
+from ctrlrun.errors import InvalidArgument
+from ctrlrun.kernel.action import Action, Principal
+from ctrlrun.kernel.receipt import ChainHead, ReceiptDraft, chain_receipt
+from ctrlrun.store.codec import event_data_json
+
+settings.register_profile("ctrlrun", derandomize=True, max_examples=200, deadline=None)
+settings.load_profile("ctrlrun")
+
+# Unicode text without lone surrogates (those are refused, tested below), including
+# control characters, DEL, the line separators and astral characters.
+texts = st.text(st.characters(exclude_categories=("Cs",)), max_size=12)
+names = st.text(st.characters(exclude_categories=("Cs", "Cc", "Zl", "Zp")), min_size=1, max_size=8)
+values = st.recursive(
+    st.none() | st.booleans() | st.integers() | texts,
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(texts, children, max_size=3),
+    max_leaves=12,
+)
+
+
+def one_line(text: str) -> bool:
+    return bool(text.strip()) and "\n" not in text and "\r" not in text
+
+
+@given(
+    st.dictionaries(texts, values, max_size=4),
+    names.filter(one_line),
+    st.none() | names.filter(one_line),
+    st.none() | names.filter(one_line),
+    names.filter(one_line),
+)
+def test_an_action_s_composed_texts_equal_the_encoder_s(arguments, agent, user, resource, env):
+    action = Action("p.q", arguments, Principal(agent, user), resource=resource, environment=env)
+    document = {
+        "arguments": arguments,
+        "environment": env,
+        "name": "p.q",
+        "principal": {"agent": agent, "user": user},
+        "resource": resource,
+        "schema": "ctrlrun.action/v1",
+    }
+    assert action.canonical == canonical_text(document).encode()
+    assert action.action_hash == sha256_hex(canonical_text(document).encode())
+    assert action.stored_text == canonical_text(action.to_dict())
+    assert action.principal.text == canonical_text(action.principal.to_dict())
+
+
+@given(st.dictionaries(texts, values, max_size=8), st.integers(0, 2**40), texts)
+def test_a_receipt_draft_links_to_the_encoder_s_bytes(fields, seq, prev):
+    fields.pop("seq", None)
+    fields.pop("prev_hash", None)
+    texts_ = {key: canonical_text(value) for key, value in list(fields.items())[:2]}
+    draft = ReceiptDraft(fields, texts_)
+    head = ChainHead(seq, prev)
+    expected = canonical_text({**fields, "seq": seq + 1, "prev_hash": prev})
+    assert chain_receipt(draft, head) == (seq + 1, expected, sha256_hex(expected.encode()))
+    assert dict(draft) == fields
+
+
+def test_a_draft_that_already_holds_a_link_key_is_encoded_whole():
+    draft = ReceiptDraft({"seq": 9, "a": 1}, {})
+    assert chain_receipt(draft, ChainHead(1, "h"))[1] == '{"a":1,"prev_hash":"h","seq":2}'
+
+
+def test_a_draft_refuses_a_float_and_a_lone_surrogate_like_the_encoder():
+    with pytest.raises(InvalidArgument):
+        ReceiptDraft({"a": 1.5}, {})
+    draft = ReceiptDraft({"a": "\ud800"}, {})
+    with pytest.raises(InvalidArgument, match="lone surrogate"):
+        chain_receipt(draft, ChainHead(0, "h"))
+
+
+def test_a_lone_surrogate_in_an_action_is_refused_by_path():
+    with pytest.raises(InvalidArgument, match=r"\$\.principal\.agent"):
+        Action("p.q", {}, Principal("a\ud800"))
+
+
+@given(st.dictionaries(texts, values, max_size=4))
+def test_event_data_is_the_ascii_sorted_encoding(data):
+    assert event_data_json(data) == json.dumps(data, sort_keys=True, separators=(",", ":"))

@@ -108,10 +108,10 @@ def plain_text(value: Any) -> str:
     return _ENCODER.encode(value)  # pragma: no cover - CPython always has the C encoder
 
 
-def string_text(value: str) -> str:
-    """The canonical JSON text of one ``str``: quoted, only ``"``, ``\\`` and control
-    characters escaped (what ``canonical_text`` writes for it inside any document)."""
-    return encode_basestring(value)
+# The canonical JSON text of one ``str``: quoted, only ``"``, ``\\`` and control characters
+# escaped (what ``canonical_text`` writes for it inside any document). The C function itself,
+# not a wrapper: it is called once per string field of every receipt.
+string_text: Final[Callable[[str], str]] = encode_basestring
 
 
 def _encode(value: Any, path: str = "$") -> bytes:

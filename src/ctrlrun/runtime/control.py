@@ -163,7 +163,7 @@ class Control:
         if template is None:
             return None
         try:
-            return template.render(action.arguments, action.resource)
+            return template.render(action.plain_arguments, action.resource)  # reads only
         except EffectKeyError as exc:
             exc.action_id = action.action_id
             verdict = Verdict("deny", "effect_key_error", self.policy.policy_hash)

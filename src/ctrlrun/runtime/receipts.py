@@ -78,7 +78,14 @@ def proposed(action: Action) -> EventDraft:
         EventType.ACTION_PROPOSED,
         action.action_id,
         data={
-            "action": {**action.to_dict(), "arguments": action.plain_arguments},
+            "action": {
+                "action_id": action.action_id,
+                "arguments": action.plain_arguments,  # encoded at once, never mutated
+                "environment": action.environment,
+                "name": action.name,
+                "principal": action.principal.to_dict(),
+                "resource": action.resource,
+            },
             "action_hash": action.action_hash,
         },
     )

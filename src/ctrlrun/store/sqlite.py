@@ -13,7 +13,6 @@ import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -47,10 +46,11 @@ DEFAULT_BUSY_TIMEOUT: Final = 30.0
 class _Txn:
     """A ``Txn`` over one sqlite3 connection inside ``BEGIN IMMEDIATE``."""
 
-    __slots__ = ("_conn", "_queries", "now")
+    __slots__ = ("_conn", "_now_text", "_queries", "now")
 
     def __init__(self, conn: sqlite3.Connection, queries: Mapping[str, str], now: datetime) -> None:
         self._conn, self._queries, self.now = conn, queries, now
+        self._now_text: str | None = None
 
     def one(self, query: str, params: Mapping[str, Any]) -> sqlite3.Row | None:
         row: sqlite3.Row | None = self._conn.execute(self._queries[query], params).fetchone()
@@ -69,7 +69,13 @@ class _Txn:
         self._conn.execute(self._queries[query], params)  # in-process: nothing to save
 
     def ts(self, value: datetime | None) -> str | None:
-        return None if value is None else encode_instant(value)
+        if value is None:
+            return None
+        if value is self.now:  # stamped several times per transaction: encode it once
+            if self._now_text is None:
+                self._now_text = encode_instant(value)
+            return self._now_text
+        return encode_instant(value)
 
     def read_ts(self, value: Any) -> datetime:
         return decode_instant(value)
@@ -202,25 +208,6 @@ class SQLiteStateStore(StoreReads):
         except sqlite3.Error as exc:
             raise StoreError(f"SQLite store {self.path}: {exc}") from exc
 
-    @contextmanager
-    def _write(self) -> Iterator[_Txn]:
-        conn = self._connection()
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            raise StoreError(f"SQLite store {self.path}: {exc}") from exc
-        txn = _Txn(conn, self._queries, self._clock())
-        try:
-            yield txn
-        except KeptRefusal as kept:
-            self._commit(conn)
-            raise kept.refusal from None
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        self._commit(conn)
-
     def _commit(self, conn: sqlite3.Connection) -> None:
         try:
             conn.execute("COMMIT")
@@ -231,9 +218,26 @@ class SQLiteStateStore(StoreReads):
         self._write_count = next(self._writes) + 1
 
     def _in_txn(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """``fn(txn, ...)`` inside ``BEGIN IMMEDIATE``; commit, or roll back and raise.
+
+        ``KeptRefusal`` commits and raises its refusal; driver errors become ``StoreError``.
+        (Written out rather than as a context manager: this is every write's hot path.)
+        """
         try:
-            with self._write() as txn:
-                return fn(txn, *args, **kwargs)
+            conn = self._connection()
+            conn.execute("BEGIN IMMEDIATE")
+            txn = _Txn(conn, self._queries, self._clock())
+            try:
+                result = fn(txn, *args, **kwargs)
+            except KeptRefusal as kept:
+                self._commit(conn)
+                raise kept.refusal from None
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            self._commit(conn)
+            return result
         except sqlite3.Error as exc:
             raise StoreError(f"SQLite store {self.path}: {exc}") from exc
 

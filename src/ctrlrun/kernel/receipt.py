@@ -13,6 +13,7 @@ import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import lru_cache
 from typing import Any, Final, NamedTuple
 
 from ctrlrun.canonical import GENESIS_HASH, canonical_text, sha256_hex, string_text
@@ -113,19 +114,19 @@ class ReceiptDraft(Mapping[str, Any]):
     def __init__(self, fields: dict[str, Any], texts: Mapping[str, str]) -> None:
         self._fields = fields
         self._parts: tuple[str, str, str] | None = None
-        if _LINK_KEYS[0] in fields or _LINK_KEYS[1] in fields:
-            return  # linking replaces them: leave it to the validating path
-        segments: list[list[str]] = [[]]
-        for key in sorted((*fields, *_LINK_KEYS)):
-            if key in _LINK_KEYS:
-                segments.append([])
-                continue
-            text = texts.get(key)
-            segments[-1].append(
-                f"{string_text(key)}:{_value_text(fields[key]) if text is None else text}"
+        layout = _layout(tuple(fields))
+        if layout is None:
+            return  # linking replaces a key it holds: leave it to the validating path
+        self._parts = tuple(  # type: ignore[assignment]
+            ",".join(
+                [
+                    prefix
+                    + (_value_text(fields[key]) if (text := texts.get(key)) is None else text)
+                    for key, prefix in segment
+                ]
             )
-        before, between, after = (",".join(part) for part in segments)
-        self._parts = (before, between, after)
+            for segment in layout
+        )
 
     def __getitem__(self, key: str) -> Any:
         return self._fields[key]
@@ -144,6 +145,25 @@ class ReceiptDraft(Mapping[str, Any]):
         before, between, after = self._parts
         link = f'"prev_hash":{string_text(prev_hash)}'
         return "{" + _join(before, link, between, f'"seq":{seq}', after) + "}"
+
+
+Layout = tuple[tuple[tuple[str, str], ...], ...]
+
+
+@lru_cache(maxsize=64)
+def _layout(keys: tuple[str, ...]) -> Layout | None:
+    """For a draft's keys: the keys (with their encoded ``"key":`` prefix) in canonical order,
+    in three segments around ``prev_hash`` and ``seq``; None if the draft holds either. Drafts
+    of one kind share their keys, so this is computed once per kind."""
+    if _LINK_KEYS[0] in keys or _LINK_KEYS[1] in keys:
+        return None
+    segments: list[list[tuple[str, str]]] = [[]]
+    for key in sorted((*keys, *_LINK_KEYS)):
+        if key in _LINK_KEYS:
+            segments.append([])
+        else:
+            segments[-1].append((key, string_text(key) + ":"))
+    return tuple(tuple(segment) for segment in segments)
 
 
 def _join(*parts: str) -> str:

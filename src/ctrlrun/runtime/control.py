@@ -35,7 +35,7 @@ from ctrlrun.kernel.event import EventDraft, EventType
 from ctrlrun.kernel.policy import ActionPolicy, Decision, Policy
 from ctrlrun.kernel.receipt import Receipt, ReceiptDraft, ReceiptResult
 from ctrlrun.kernel.template import Template
-from ctrlrun.runtime.context import current_approval, executor_scope
+from ctrlrun.runtime.context import current_approval, hold, release
 from ctrlrun.runtime.receipts import Verdict, describe, evaluated, proposed, receipt_draft
 from ctrlrun.runtime.reconcile import Reconcile, reconcile_blocked
 from ctrlrun.runtime.sinks import Sink, emit
@@ -256,8 +256,11 @@ class Control:
         reservation = started.reservation
         attempt = reservation.attempt if reservation is not None else None
         try:
-            with executor_scope(call.effect_key, attempt):
+            token = hold(call.effect_key, attempt)
+            try:
                 value = executor(**call.action.canonical_arguments)
+            finally:
+                release(token)
         except NotExecuted as exc:
             self._finish(call, started, EffectState.FAILED, None, exc)
             raise

@@ -34,6 +34,7 @@ class Case:
     op: Callable[[int], None]
     prepare: Callable[[int, int], None] | None = None
     samples: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ class Measured:
     name: str
     per_op_us: float  # median over rounds of (round time / ops)
     spread_us: float  # max - min of the rounds
+    cpu_us: float  # median over rounds of this process's CPU time per op
 
     @property
     def per_second(self) -> float:
@@ -68,12 +70,18 @@ def interleaved(
             first = take(ops)
             if case.prepare is not None:
                 case.prepare(first, ops)
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             for i in range(first, first + ops):
                 case.op(i)
             case.samples.append((time.perf_counter() - start) / ops * 1e6)
+            case.cpu.append((time.process_time() - cpu) / ops * 1e6)
     return [
-        Measured(c.name, statistics.median(c.samples), max(c.samples) - min(c.samples))
+        Measured(
+            c.name,
+            statistics.median(c.samples),
+            max(c.samples) - min(c.samples),
+            statistics.median(c.cpu),
+        )
         for c in cases
     ]
 
@@ -91,11 +99,12 @@ def report(
     print(title)
     for label, m in (("floor", floor), ("ctrlrun", ours)):
         print(
-            f"  {label:8s}{m.per_op_us:9.1f} µs/op  {m.per_second:9.0f}/s"
-            f"  (spread {m.spread_us:.1f})  {m.name}"
+            f"  {label:8s}{m.per_op_us:9.1f} µs/op  {m.per_second:8.0f}/s"
+            f"  cpu {m.cpu_us:7.1f} µs  (spread {m.spread_us:.1f})  {m.name}"
         )
     verdict = "no target" if target is None else f"target ≤ {target:g}×   {_ok(ok)}"
-    print(f"  ratio   {ratio:9.2f}×   {verdict}")
+    cpu = ours.cpu_us / floor.cpu_us
+    print(f"  ratio   {ratio:9.2f}×   {verdict}   (cpu time ratio {cpu:.2f}×)")
     for note in notes:
         print(f"  {note}")
     return ok

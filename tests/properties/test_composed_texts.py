@@ -69,7 +69,7 @@ def test_a_receipt_draft_links_to_the_encoder_s_bytes(fields, seq, prev):
     head = ChainHead(seq, prev)
     expected = canonical_text({**fields, "seq": seq + 1, "prev_hash": prev})
     assert chain_receipt(draft, head) == (seq + 1, expected, sha256_hex(expected.encode()))
-    assert dict(draft) == fields
+    assert dict(draft) == fields and len(draft) == len(fields)
 
 
 def test_a_draft_that_already_holds_a_link_key_is_encoded_whole():
@@ -93,3 +93,27 @@ def test_a_lone_surrogate_in_an_action_is_refused_by_path():
 @given(st.dictionaries(texts, values, max_size=4))
 def test_event_data_is_the_ascii_sorted_encoding(data):
     assert event_data_json(data) == json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+
+def test_event_data_with_a_cycle_is_refused_as_the_full_encoder_refuses_it():
+    data: dict[str, object] = {}
+    data["self"] = data
+    with pytest.raises(ValueError, match="Circular reference"):
+        event_data_json(data)
+
+
+def test_event_data_of_any_mapping_and_odd_values():
+    from types import MappingProxyType
+
+    assert event_data_json({"b": 1, "a": "é"}) == '{"a":"\\u00e9","b":1}'
+    proxy = MappingProxyType({"b": 1})  # not a dict: the full encoder, as before
+    full = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=repr)
+    assert event_data_json(proxy) == full.encode(proxy)
+    assert event_data_json({"x": frozenset(), "n": float("nan")}) == ('{"n":NaN,"x":"frozenset()"}')
+
+
+def test_plain_text_refuses_what_is_not_plain():
+    from ctrlrun.canonical import plain_text
+
+    with pytest.raises(TypeError, match="not plain JSON"):
+        plain_text({"a": object()})

@@ -108,7 +108,7 @@ def _rows(path: Path) -> dict[str, list[list[object]]]:
 def run_scenarios(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, object]:
     """Every kind of protected call once, with fixed ids and a fixed clock; the rows left."""
     counter = iter(range(1, 10_000))
-    monkeypatch.setattr(canonical.secrets, "token_hex", lambda n: f"{next(counter):0{2 * n}x}")
+    monkeypatch.setattr(canonical, "random_hex32", lambda: f"{next(counter):032x}")
     clock = ManualClock(datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC))
     store = ctrlrun.SQLiteStateStore(tmp_path / "state.db", clock=clock)
     control = ctrlrun.Control(ctrlrun.Policy.from_yaml(POLICY), store, clock=clock)

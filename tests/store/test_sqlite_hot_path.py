@@ -7,10 +7,16 @@ from __future__ import annotations
 import os
 import sqlite3
 
+from datetime import UTC, timedelta, timezone
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import ctrlrun
+from ctrlrun._time import encode_instant
 from ctrlrun.kernel.event import EventDraft, EventType
+from ctrlrun.store.sqlite import _instant_text
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
@@ -55,3 +61,8 @@ def test_by_action_lookups_scan_without_the_dropped_indexes(tmp_path):
         row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")
     }
     assert not {"events_by_action", "receipts_by_action"} & indexes
+
+
+@given(st.datetimes(timezones=st.sampled_from([UTC, timezone(timedelta(hours=-7, minutes=-30))])))
+def test_an_instant_is_stamped_as_encode_instant_stamps_it(instant):
+    assert _instant_text(instant) == encode_instant(instant)

@@ -13,7 +13,7 @@ import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -54,6 +54,14 @@ def _forked() -> None:
 
 if hasattr(os, "register_at_fork"):  # pragma: no branch - every POSIX CPython has it
     os.register_at_fork(after_in_child=_forked)
+
+
+def _instant_text(value: datetime) -> str:
+    """``encode_instant``, without its conversions for an instant already in UTC (every
+    clock's reading on the hot path is): ISO-8601 with microseconds and ``Z``."""
+    if value.tzinfo is UTC:
+        return value.isoformat(timespec="microseconds")[:-6] + "Z"  # drop "+00:00"
+    return encode_instant(value)
 
 
 class _Txn:
@@ -98,9 +106,9 @@ class _Txn:
             return None
         if value is self.now:  # stamped several times per transaction: encode it once
             if self._now_text is None:
-                self._now_text = encode_instant(value)
+                self._now_text = _instant_text(value)
             return self._now_text
-        return encode_instant(value)
+        return _instant_text(value)
 
     def read_ts(self, value: Any) -> datetime:
         return decode_instant(value)

@@ -7,11 +7,13 @@ record" with nothing else. Floor and ctrlrun run in alternating rounds (``timing
 after the timing, one untimed pass per side counts SQL statements and WAL frames (pages
 written) per operation, which is what a commit costs when it does not wait for the disk.
 
-``python sqlite_bench.py [--quick]``; exits 1 if a target is missed.
+``python sqlite_bench.py [--quick] [--durability full|normal] [--repeat N]``; exits 1 if a
+target is missed.
 """
 
 from __future__ import annotations
 
+import argparse
 import sqlite3
 import sys
 import tempfile
@@ -341,14 +343,19 @@ def run(durability: str, scale: float, rounds: int) -> bool:
 
 
 def main(argv: list[str]) -> int:
-    quick = "--quick" in argv
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer, shorter rounds")
+    parser.add_argument("--durability", choices=("full", "normal"), action="append")
+    parser.add_argument("--repeat", type=int, default=1, help="run everything N times")
+    args = parser.parse_args(argv)
     print(
         f"SQLite {sqlite3.sqlite_version}, Python {sys.version.split()[0]};"
         " medians of interleaved rounds"
     )
     ok = True
-    for durability in ("full", "normal"):
-        ok &= run(durability, 0.3 if quick else 1.0, 5 if quick else 9)
+    for _ in range(args.repeat):
+        for durability in args.durability or ("full", "normal"):
+            ok &= run(durability, 0.3 if args.quick else 1.0, 5 if args.quick else 9)
     return 0 if ok else 1
 
 

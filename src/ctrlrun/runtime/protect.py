@@ -76,6 +76,7 @@ def protect(
 
     def decorate(fn: Callable[P, R]) -> Callable[P, R]:
         bind = _binder(_check_signature(name, fn, effect_t, resource_t))
+        spec = CallSpec(effect=effect_t, lease=lease, reconcile=reconcile)  # the same per call
 
         @functools.wraps(fn)
         def protected(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -93,7 +94,6 @@ def protect(
             action = Action(
                 name, arguments, principal, resource=_render_resource(template, arguments)
             )
-            spec = CallSpec(effect=effect_t, lease=lease, reconcile=reconcile)
             value, _ = ctl.run(action, fn, spec)
             return value  # type: ignore[no-any-return]
 

@@ -26,6 +26,7 @@ from timing import Case, interleaved, report, take
 
 import ctrlrun
 from ctrlrun.durable import Dispatcher, Outbox, PlanRunner, Plans, Steps
+from ctrlrun.store.queries import load_queries
 
 POLICY = """\
 schema: ctrlrun.policy/v1
@@ -212,6 +213,47 @@ class PlanSteps:
             raise AssertionError("plan: not executed")
 
 
+class Replay:
+    """ctrlrun's own statements for a protected call with an effect key — the same named
+    queries, in the same two transactions, with rows as large as a real call's (copied from
+    one) — and no Python pipeline around them: the SQL's share of a call."""
+
+    def __init__(self, workdir: Path, durability: str) -> None:
+        ctl = open_control(workdir, durability)
+        with ctrlrun.context(agent="bench"):
+            protected_op(ctl, effect=True)(0)
+        self.conn = store_conn(ctl.store)
+        self.q = load_queries("sqlite")
+        events = [row[0] for row in self.conn.execute("SELECT data_json FROM events")]
+        self.first, self.second = events[:4], events[4]
+        self.document = self.conn.execute("SELECT document FROM receipts").fetchone()[0]
+
+    def op(self, i: int) -> None:
+        c, q, key, aid = self.conn, self.q, f"replay:{i}", f"act_{i:032x}"
+        ts = "2026-01-01T00:00:00.000000Z"
+        event = {"ts": ts, "type": "X", "action_id": aid, "effect_key": key, "approval_id": None}
+        c.execute("BEGIN IMMEDIATE")
+        effect = {"effect_key": key, "state": "executing", "action_id": aid, "attempt": 1}
+        c.execute(
+            q["effect_insert"],
+            {**effect, "created_at": ts, "updated_at": ts, "lease_expires_at": ts},
+        )
+        c.executemany(q["event_insert"], [{**event, "data_json": d} for d in self.first])
+        c.execute("COMMIT")
+        c.execute("BEGIN IMMEDIATE")
+        moved = {**effect, "state": "committed", "from_state": "executing", "updated_at": ts}
+        extra = {"lease_expires_at": None, "result_json": "1", "error": None, "resolved_by": None}
+        if c.execute(q["effect_move"], {**moved, **extra}).rowcount != 1:
+            raise AssertionError("replay: the outcome update matched no row")
+        c.execute(q["event_insert"], {**event, "data_json": self.second})
+        seq = c.execute(q["chain_head_lock"], {}).fetchone()[0] + 1
+        receipt = {"receipt_id": f"rcp_{i}", "seq": seq, "action_id": aid, "effect_key": key}
+        row = {"result": "committed", "document": self.document, "hash": aid, "created_at": ts}
+        c.execute(q["receipt_insert"], {**receipt, **row})
+        c.execute(q["chain_head_set"], {"seq": seq, "hash": aid})
+        c.execute("COMMIT")
+
+
 # --- statements and WAL frames per operation -------------------------------------------------
 
 
@@ -253,16 +295,22 @@ def compare(
     ops: int,
     target: float | None,
     rounds: int,
+    sql_only: tuple[Case, sqlite3.Connection] | None = None,
 ) -> bool:
-    base, mine = interleaved([floor[0], ours[0]], ops=ops, rounds=rounds)
+    """Interleave floor, ctrlrun (and, if given, ctrlrun's SQL alone); report and count."""
+    sides = [("floor", floor), ("ctrlrun", ours)] + ([("sql only", sql_only)] if sql_only else [])
+    measured = interleaved([case for _, (case, _) in sides], ops=ops, rounds=rounds)
     counted = max(ops, 200)
     notes = []
-    for label, (case, conn) in (("floor", floor), ("ctrlrun", ours)):
+    for (label, (case, conn)), m in zip(sides, measured, strict=True):
         start = take(counted)
         if case.prepare is not None:
             case.prepare(start, counted)
         notes.append(f"{label:8s}{io_per_op(conn, case.op, start, counted)}")
-    return report(title, base, mine, target, notes)
+        if label == "sql only":
+            ratio = m.per_op_us / measured[0].per_op_us
+            notes.append(f"sql only {m.per_op_us:9.1f} µs/op  = {ratio:.2f}× floor  {case.name}")
+    return report(title, measured[0], measured[1], target, notes)
 
 
 def run(durability: str, scale: float, rounds: int) -> bool:
@@ -271,11 +319,12 @@ def run(durability: str, scale: float, rounds: int) -> bool:
     ops = max(ops, PLAN_STEPS * 2)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        for name in ("floor", "effect", "read", "approved", "durable"):
+        for name in ("floor", "effect", "read", "approved", "durable", "replay"):
             (root / name).mkdir()
         floor = Floor(root / "floor" / "floor.db", durability)
         fconn = floor.conn
         two = (Case("2 × BEGIN IMMEDIATE; INSERT; COMMIT", floor.two_commits), fconn)
+        replay = Replay(root / "replay", durability)
         with ctrlrun.context(agent="bench"):
             ctl = open_control(root / "effect", durability)
             ok &= compare(
@@ -288,6 +337,7 @@ def run(durability: str, scale: float, rounds: int) -> bool:
                 ops=ops,
                 target=3,
                 rounds=rounds,
+                sql_only=(Case("the same statements, no pipeline", replay.op), replay.conn),
             )
             ctl = open_control(root / "read", durability)
             compare(

@@ -117,3 +117,17 @@ def test_plain_text_refuses_what_is_not_plain():
 
     with pytest.raises(TypeError, match="not plain JSON"):
         plain_text({"a": object()})
+
+
+@given(st.dictionaries(texts, values, max_size=5))
+def test_an_action_s_private_arguments_are_its_canonical_text_parsed(arguments):
+    action = Action("p.q", arguments, Principal("a"))
+    parsed = json.loads(action.arguments_text)
+    for copy in (action.plain_arguments, action.arguments):
+        assert copy == parsed and list(copy) == list(parsed)  # same values, canonical order
+    fresh = action.arguments
+    assert fresh is not action.plain_arguments
+    fresh["injected"] = 1
+    assert "injected" not in action.arguments and "injected" not in action.plain_arguments
+    arguments["later"] = 1  # the caller's dict is not shared either
+    assert "later" not in action.plain_arguments

@@ -13,8 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import ctrlrun
-from ctrlrun._time import encode_instant
+from ctrlrun._time import encode_instant, encode_receipt_instant
 from ctrlrun.kernel.event import EventDraft, EventType
+from ctrlrun.runtime.receipts import _receipt_instant
 from ctrlrun.store.sqlite import _instant_text
 
 
@@ -65,3 +66,8 @@ def test_by_action_lookups_scan_without_the_dropped_indexes(tmp_path):
 @given(st.datetimes(timezones=st.sampled_from([UTC, timezone(timedelta(hours=-7, minutes=-30))])))
 def test_an_instant_is_stamped_as_encode_instant_stamps_it(instant):
     assert _instant_text(instant) == encode_instant(instant)
+
+
+@given(st.datetimes(timezones=st.sampled_from([UTC, timezone(timedelta(hours=5, minutes=45))])))
+def test_a_receipt_instant_is_written_as_encode_receipt_instant_writes_it(instant):
+    assert _receipt_instant(instant) == encode_receipt_instant(instant)

@@ -70,6 +70,21 @@ class Principal:
         return _principal_text(self.agent, self.user)
 
 
+_SCALARS: Final = frozenset({str, int, bool, type(None)})
+
+
+def _flat_copy(arguments: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A private copy of arguments that are a ``dict`` of ``str`` keys and scalar values of
+    exact plain types (the common case), in canonical key order — what parsing their
+    canonical text back would give, without the parse; None for anything else."""
+    if type(arguments) is not dict:
+        return None
+    for key, value in arguments.items():
+        if type(key) is not str or type(value) not in _SCALARS:
+            return None
+    return dict(sorted(arguments.items()))
+
+
 @lru_cache(maxsize=1024)
 def _principal_text(agent: str, user: str | None) -> str:
     return plain_text({"agent": agent, "user": user})
@@ -101,6 +116,7 @@ class Action:
         "_args",
         "_args_text",
         "_canonical",
+        "_flat",
         "_hash",
         "_text",
         "action_id",
@@ -136,7 +152,9 @@ class Action:
         # One validating encode; the private copy is parsed back from it, so the caller's
         # objects are never shared and every later encode works on known-plain data.
         self._args_text = canonical_text(arguments, "arguments")
-        self._args: dict[str, Any] = json.loads(self._args_text)
+        flat = _flat_copy(arguments)
+        self._flat = flat is not None
+        self._args: dict[str, Any] = json.loads(self._args_text) if flat is None else flat
         # The document's canonical text, composed: the arguments are already canonical text
         # and every other key sorts after "arguments" (tests/unit/test_pinned_bytes.py).
         tail = _document_tail(self.environment, self.name, principal, self.resource)
@@ -161,6 +179,8 @@ class Action:
     @property
     def arguments(self) -> dict[str, Any]:
         """A fresh, plain copy of the canonical arguments (mutating it changes nothing)."""
+        if self._flat:  # only immutable values: a shallow copy is a whole one
+            return dict(self._args)
         return json.loads(self._args_text)  # type: ignore[no-any-return]
 
     canonical_arguments = arguments

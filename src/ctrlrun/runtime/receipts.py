@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 from ctrlrun._time import encode_receipt_instant
 from ctrlrun.canonical import new_id
@@ -56,11 +56,19 @@ def receipt_draft(
         "attempt": attempt,
         "result": str(result),
         "error": None if error is None else safe_text(error),
-        "started_at": encode_receipt_instant(started_at),
-        "finished_at": encode_receipt_instant(finished_at),
+        "started_at": _receipt_instant(started_at),
+        "finished_at": _receipt_instant(finished_at),
     }
     texts = {"arguments": action.arguments_text, "principal": action.principal.text}
     return ReceiptDraft(fields, texts)
+
+
+def _receipt_instant(value: datetime) -> str:
+    """``encode_receipt_instant``, without its conversions for an instant already in UTC
+    (every clock's reading is): ISO-8601 with milliseconds and ``Z``."""
+    if value.tzinfo is UTC:
+        return value.isoformat(timespec="milliseconds")[:-6] + "Z"  # drop "+00:00"
+    return encode_receipt_instant(value)
 
 
 def describe(exc: BaseException) -> str:

@@ -314,7 +314,7 @@ def compare(
 
 
 def run(durability: str, scale: float, rounds: int) -> bool:
-    ok = True
+    """Every workload at ``durability``; True if every target was met."""
     ops = int((300 if durability == "full" else 2000) * scale) // PLAN_STEPS * PLAN_STEPS
     ops = max(ops, PLAN_STEPS * 2)
     with tempfile.TemporaryDirectory() as tmp:
@@ -322,74 +322,71 @@ def run(durability: str, scale: float, rounds: int) -> bool:
         for name in ("floor", "effect", "read", "approved", "durable", "replay"):
             (root / name).mkdir()
         floor = Floor(root / "floor" / "floor.db", durability)
-        fconn = floor.conn
-        two = (Case("2 × BEGIN IMMEDIATE; INSERT; COMMIT", floor.two_commits), fconn)
-        replay = Replay(root / "replay", durability)
         with ctrlrun.context(agent="bench"):
-            ctl = open_control(root / "effect", durability)
-            ok &= compare(
-                f"SQLite, protected call with an effect key (durability={durability})",
-                two,
-                (
-                    Case("@protect, effect key", protected_op(ctl, effect=True)),
-                    store_conn(ctl.store),
-                ),
-                ops=ops,
-                target=3,
-                rounds=rounds,
-                sql_only=(Case("the same statements, no pipeline", replay.op), replay.conn),
-            )
-            ctl = open_control(root / "read", durability)
-            compare(
-                f"SQLite, protected call without an effect (durability={durability})",
-                two,
-                (
-                    Case("@protect, no effect", protected_op(ctl, effect=False)),
-                    store_conn(ctl.store),
-                ),
-                ops=ops,
-                target=None,
-                rounds=rounds,
-            )
-            ctl = open_control(root / "approved", durability)
-            approved = Approved(ctl)
-            compare(
-                f"SQLite, approval-consuming call (durability={durability})",
-                (
-                    Case(
-                        "consume+reserve; record (2 commits)",
-                        floor.consume_and_reserve,
-                        floor.grant,
-                    ),
-                    fconn,
-                ),
-                (
-                    Case("@protect inside with_approval", approved.op, approved.prepare),
-                    store_conn(ctl.store),
-                ),
-                ops=ops,
-                target=None,
-                rounds=rounds,
-            )
-        store = ctrlrun.SQLiteStateStore(root / "durable" / "state.db", durability=durability)
-        compare(
-            f"SQLite, outbox enqueue + dispatch per message (batch {BATCH}, {durability})",
-            (Case("enqueue; claim batch; settle each", floor.outbox), fconn),
-            (Case("Outbox.enqueue + Dispatcher.run_once", outbox_op(store)), store_conn(store)),
-            ops=ops,
-            target=None,
-            rounds=rounds,
-        )
-        plans = PlanSteps(store)
-        compare(
-            f"SQLite, plan steps ({PLAN_STEPS} database steps per plan, durability={durability})",
-            (Case("fenced step write (+ claim, finish)", floor.plan_step), fconn),
-            (Case("PlanRunner.run, per step", plans.op, plans.prepare), store_conn(store)),
-            ops=ops,
-            target=None,
-            rounds=rounds,
-        )
+            ok = protected_calls(root, floor, durability, ops, rounds)
+        durable_work(root, floor, durability, ops, rounds)
     return ok
+
+
+def protected_calls(root: Path, floor: Floor, durability: str, ops: int, rounds: int) -> bool:
+    """With and without an effect key (the target, plus ctrlrun's SQL alone), approved."""
+    two = (Case("2 × BEGIN IMMEDIATE; INSERT; COMMIT", floor.two_commits), floor.conn)
+    replay = Replay(root / "replay", durability)
+    ctl = open_control(root / "effect", durability)
+    ok = compare(
+        f"SQLite, protected call with an effect key (durability={durability})",
+        two,
+        (Case("@protect, effect key", protected_op(ctl, effect=True)), store_conn(ctl.store)),
+        ops=ops,
+        target=3,
+        rounds=rounds,
+        sql_only=(Case("the same statements, no pipeline", replay.op), replay.conn),
+    )
+    ctl = open_control(root / "read", durability)
+    compare(
+        f"SQLite, protected call without an effect (durability={durability})",
+        two,
+        (Case("@protect, no effect", protected_op(ctl, effect=False)), store_conn(ctl.store)),
+        ops=ops,
+        target=None,
+        rounds=rounds,
+    )
+    ctl = open_control(root / "approved", durability)
+    approved = Approved(ctl)
+    compare(
+        f"SQLite, approval-consuming call (durability={durability})",
+        (Case("consume+reserve; record", floor.consume_and_reserve, floor.grant), floor.conn),
+        (
+            Case("@protect inside with_approval", approved.op, approved.prepare),
+            store_conn(ctl.store),
+        ),
+        ops=ops,
+        target=None,
+        rounds=rounds,
+    )
+    return ok
+
+
+def durable_work(root: Path, floor: Floor, durability: str, ops: int, rounds: int) -> None:
+    """The outbox per message and plan steps, on one store."""
+    store = ctrlrun.SQLiteStateStore(root / "durable" / "state.db", durability=durability)
+    compare(
+        f"SQLite, outbox enqueue + dispatch per message (batch {BATCH}, {durability})",
+        (Case("enqueue; claim batch; settle each", floor.outbox), floor.conn),
+        (Case("Outbox.enqueue + Dispatcher.run_once", outbox_op(store)), store_conn(store)),
+        ops=ops,
+        target=None,
+        rounds=rounds,
+    )
+    plans = PlanSteps(store)
+    compare(
+        f"SQLite, plan steps ({PLAN_STEPS} database steps per plan, durability={durability})",
+        (Case("fenced step write (+ claim, finish)", floor.plan_step), floor.conn),
+        (Case("PlanRunner.run, per step", plans.op, plans.prepare), store_conn(store)),
+        ops=ops,
+        target=None,
+        rounds=rounds,
+    )
 
 
 def main(argv: list[str]) -> int:

@@ -37,9 +37,11 @@ bench: $(STAMP)
 	cd bench && ../$(BIN)/python sqlite_bench.py
 
 ## soak: contended protected calls with injected faults, then the history checker
+##       (BACKEND=sqlite|postgres; postgres starts its own throwaway server; docs/soak.md)
 DURATION ?= 30
+BACKEND  ?= sqlite
 soak: $(STAMP)
-	cd bench/soak && ../../$(BIN)/python soak.py --duration $(DURATION) $(SOAK_ARGS)
+	cd bench/soak && ../../$(BIN)/python soak.py --backend $(BACKEND) --duration $(DURATION) $(SOAK_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .coverage build src/*.egg-info

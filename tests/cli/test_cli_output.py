@@ -1,6 +1,12 @@
-"""The small output helpers every command shares."""
+"""The small output helpers every command shares, and color only on a real terminal."""
 
 from __future__ import annotations
+
+import os
+import pty
+import subprocess
+import sys
+from pathlib import Path
 
 from ctrlrun.cli.common import redacted, shorten, who
 
@@ -18,3 +24,46 @@ def test_principals_and_long_text():
     assert who(None) == who({}) == "-"
     assert shorten("a\nb   c") == "a b c" and shorten(None) == "-"
     assert shorten("x" * 100, 10) == "x" * 9 + "…"
+
+
+def _effects_through(scene, stdout_to_tty: bool) -> bytes:
+    """``ctrlrun effects`` as a real process, its stdout a pseudo-terminal or a pipe."""
+    ctrlrun_bin = Path(sys.executable).with_name("ctrlrun")
+    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "TERM")} | {"TERM": "xterm"}
+    if not stdout_to_tty:
+        done = subprocess.run(
+            [ctrlrun_bin, "effects"],
+            cwd=scene.root,
+            env=env,
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+    leader, follower = pty.openpty()
+    with subprocess.Popen(
+        [ctrlrun_bin, "effects"], cwd=scene.root, env=env, stdout=follower, stderr=follower
+    ) as child:
+        os.close(follower)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        assert child.wait(timeout=60) == 0, b"".join(chunks)
+    os.close(leader)
+    return b"".join(chunks)
+
+
+def test_color_only_on_a_terminal(scene):
+    scene.committed("pay_1")
+    scene.ambiguous("pay_2")
+    on_a_terminal = _effects_through(scene, stdout_to_tty=True)
+    piped = _effects_through(scene, stdout_to_tty=False)
+    assert b"\x1b[" in on_a_terminal and b"ambiguous" in on_a_terminal
+    assert b"\x1b[" not in piped and b"ambiguous" in piped

@@ -1,6 +1,6 @@
 """The operator's read commands on a Postgres store: ``--store-url
 'postgresql://…?ctrlrun_schema=…'`` reads what real protected calls wrote, writes nothing, and
-a missing, empty or behind schema is refused in one line with nothing created or migrated."""
+a missing, empty, behind or ahead schema is refused in one line with nothing created or migrated."""
 
 from __future__ import annotations
 
@@ -100,3 +100,16 @@ def test_a_behind_schema_is_refused_without_migrating_it(empty, pg_schema, monke
     refused(run("effects", "--store-url", url), "behind", "does not migrate")
     assert applied(pg_schema) == KNOWN
     assert ("relation r", "later") not in objects_in(pg_schema.server, pg_schema.schema)
+
+
+def test_an_ahead_schema_is_refused_and_left_as_it_is(empty, pg_schema):
+    PostgresStateStore(pg_schema.url, schema=pg_schema.schema).close()
+    execute(
+        pg_schema.url,
+        pg_schema.schema,
+        "INSERT INTO {schema}.schema_version VALUES ('9999_future', now(), '9.9.9')",
+    )
+    url = with_schema(pg_schema.url, pg_schema.schema)
+    for args in (("effects",), ("receipts",), ("approvals",)):
+        refused(run(*args, "--store-url", url), "9999_future", "upgrade ctrlrun")
+    assert applied(pg_schema) == [*KNOWN, "9999_future"]  # nothing rolled back or rewritten

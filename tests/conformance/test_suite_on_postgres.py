@@ -52,3 +52,34 @@ def test_the_command_line_grades_postgres_and_ignores_a_named_schema(pg_server, 
     assert result.stdout.splitlines()[-1] == "2/2 applicable cases pass — ok"
     assert objects_in(pg_server, pg_schema.schema) == []  # the named schema was never used
     assert schemas_like(pg_server, "ctrlrun_conf_") == []
+
+
+def _breaking(exc: BaseException):
+    def case(ctx) -> str:
+        """Opens its scratch store (so the schema exists), then raises."""
+        ctx.scratch.open(ctx.clock).record(
+            (), {"receipt_id": "rcp_x", "action_id": "a", "result": "x"}
+        )
+        raise exc
+
+    return case
+
+
+def test_a_case_that_raises_fails_and_its_schema_is_dropped(pg_server):
+    from ctrlrun.conformance.store.framework import Case
+    from ctrlrun.conformance.store.runner import run_case
+
+    backend = PostgresBackend(pg_server.url)
+    result = run_case(backend, Case.of("x", "raises", _breaking(KeyError("bug"))), processes=2)
+    assert result.status is Status.FAIL and "raised KeyError" in result.reason
+    assert backend.leaked == [] and schemas_like(pg_server, "ctrlrun_conf_") == []
+
+
+def test_an_interrupted_case_still_drops_its_schema(pg_server):
+    from ctrlrun.conformance.store.framework import Case
+    from ctrlrun.conformance.store.runner import run_case
+
+    backend = PostgresBackend(pg_server.url)
+    with pytest.raises(KeyboardInterrupt):
+        run_case(backend, Case.of("x", "interrupted", _breaking(KeyboardInterrupt())), 2)
+    assert schemas_like(pg_server, "ctrlrun_conf_") == []

@@ -52,13 +52,5 @@ def served(docs):
 
 
 @pytest.fixture
-def sqlite_served(sqlite_state):
-    """The HTTP API on SQLite with small limits: 4 KiB of content, 8 KiB of body."""
-    running = Served(DocumentStore(sqlite_state, max_content_bytes=4096), max_body_bytes=8192)
-    yield running
-    running.stop()
-
-
-@pytest.fixture
 def drafts(tmp_path):
     return tmp_path / "drafts"

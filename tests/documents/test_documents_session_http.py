@@ -90,8 +90,7 @@ def test_two_racing_saves_on_one_base_exactly_one_wins(served, drafts, transport
     assert loser._drafts.own().content == {"n": loser.user}  # its edit is intact on disk
 
 
-def test_a_save_cut_off_by_a_server_stop_stays_pending_and_saves_later(sqlite_served, drafts):
-    served = sqlite_served
+def test_a_save_cut_off_by_a_server_stop_stays_pending_and_saves_later(served, drafts):
     served.docs.create("doc", {"a": 1})
     session = http_session(served, drafts)
     session.edit({"a": 2})
@@ -108,8 +107,7 @@ def test_a_save_cut_off_by_a_server_stop_stays_pending_and_saves_later(sqlite_se
     assert served.docs.get("doc").content == {"a": 2} and session._drafts.own() is None
 
 
-def test_an_answer_lost_after_the_save_landed_is_not_a_conflict(sqlite_served, drafts):
-    served = sqlite_served
+def test_an_answer_lost_after_the_save_landed_is_not_a_conflict(served, drafts):
     served.docs.create("doc", {"a": 1})
     scheduler = ManualScheduler()
     session = http_session(served, drafts, scheduler=scheduler)
@@ -123,8 +121,7 @@ def test_an_answer_lost_after_the_save_landed_is_not_a_conflict(sqlite_served, d
     assert session.state is IDLE and served.docs.get("doc").content == {"a": 3}
 
 
-def test_out_of_order_reads_are_dropped(sqlite_served, drafts):
-    served = sqlite_served
+def test_out_of_order_reads_are_dropped(served, drafts):
     served.docs.create("doc", {"v": 1})
     session = http_session(served, drafts)
     served.docs.save("doc", {"v": 2}, expected_version=1, writer="bob")
@@ -139,8 +136,7 @@ def test_out_of_order_reads_are_dropped(sqlite_served, drafts):
     assert (session.content, session.base_version) == ({"v": 3}, 3)
 
 
-def test_a_read_that_raced_a_local_edit_is_dropped(sqlite_served, drafts):
-    served = sqlite_served
+def test_a_read_that_raced_a_local_edit_is_dropped(served, drafts):
     served.docs.create("doc", {"v": 1})
     session = http_session(served, drafts)
     served.docs.save("doc", {"v": 2}, expected_version=1, writer="bob")
@@ -191,8 +187,7 @@ def kill(process):
 
 
 @pytest.mark.slow
-def test_a_process_killed_mid_save_loses_nothing(sqlite_served, drafts):
-    served = sqlite_served
+def test_a_process_killed_mid_save_loses_nothing(served, drafts):
     served.docs.create("doc", {"a": 1})
     served.gate.arm("PUT")
     process = child(served, drafts, "save")
@@ -216,8 +211,7 @@ def test_a_process_killed_mid_save_loses_nothing(sqlite_served, drafts):
 
 
 @pytest.mark.slow
-def test_a_process_killed_while_editing_leaves_its_last_acknowledged_edit(sqlite_served, drafts):
-    served = sqlite_served
+def test_a_process_killed_while_editing_leaves_its_last_acknowledged_edit(served, drafts):
     served.docs.create("doc", {"a": 1})
     process = child(served, drafts, "edit")
     for _ in range(25):  # let it acknowledge a few edits, then kill it mid-stream

@@ -24,6 +24,8 @@ def test_create_get_save_history(docs):
     assert docs.save("plan-1", {"a": 2}, expected_version=1, writer="bob") == 2
     got = docs.get("plan-1")
     assert (got.content, got.version, got.updated_by) == ({"a": 2}, 2, "bob")
+    content, version = docs.get("plan-1")  # the pair a later save is based on
+    assert (content, version) == ({"a": 2}, 2)
     history = docs.history("plan-1")
     assert [(v.version, v.writer, v.content_hash) for v in history] == [
         (1, "alice", digest({"a": 1})),

@@ -72,6 +72,38 @@ class Backend:
                 {"id": value},
             )
 
+    # Every column a lease, heartbeat, retry or expiry is judged by, per table (Postgres).
+    DEADLINES = (
+        ("effects", "lease_expires_at"),
+        ("approvals", "expires_at"),
+        ("outbox", "lease_expires_at"),
+        ("outbox", "next_attempt_at"),
+        ("plans", "heartbeat_expires_at"),
+        ("plans", "expires_at"),
+        ("operations", "lease_expires_at"),
+    )
+
+    @property
+    def spec(self) -> str | tuple[str, str]:
+        """What a child process needs to open the same store (``durable_workers.open_store``)."""
+        return str(self.store.path) if self.name == "sqlite" else (self.url, self.store.schema)
+
+    def pass_time(self, delta: timedelta) -> None:
+        """Let ``delta`` pass for every deadline in the store. SQLite: the injected clock moves.
+        Postgres (the server's clock cannot be moved): every deadline moves ``delta`` into the
+        past, which is the same thing as far as any comparison with ``now()`` can tell."""
+        if self.name == "sqlite":
+            assert self.clock is not None
+            self.clock.advance(delta)
+            return
+        seconds = {"seconds": delta.total_seconds()}
+        for table, column in self.DEADLINES:
+            self.sql(
+                f"UPDATE {{t}}{table} SET {column} = {column} - make_interval(secs => :seconds)"
+                f" WHERE {column} IS NOT NULL",
+                seconds,
+            )
+
     def fresh(self) -> Any:
         """A second handle on the same database (its own connections), as another worker has."""
         if self.name == "sqlite":

@@ -1,6 +1,7 @@
 """Entry points for the real child processes of the durable tests (spawned, then raced or
-killed with SIGKILL). Each counts its external calls with exclusive-create marker files: a
-second call of the same thing fails loudly (``FileExistsError``) instead of passing silently."""
+killed with SIGKILL), on a SQLite file or the test Postgres (``_store``). Each counts its
+external calls with exclusive-create marker files: a second call of the same thing fails
+loudly (``FileExistsError``) instead of passing silently."""
 
 from __future__ import annotations
 
@@ -29,7 +30,14 @@ def mark(folder: str | Path, name: str) -> None:
     os.close(fd)
 
 
-def _store(db: str, start: datetime | None) -> Any:
+def _store(db: str | tuple[str, str], start: datetime | None) -> Any:
+    """A SQLite file path (on a frozen clock), or ``(url, schema)`` of the test Postgres (on the
+    server's clock: the parent moves its deadlines instead)."""
+    if isinstance(db, tuple):
+        from ctrlrun.postgres import PostgresStateStore
+
+        url, schema = db
+        return PostgresStateStore(url, schema=schema)
     from ctrlrun.store.sqlite import SQLiteStateStore
 
     return SQLiteStateStore(db, clock=FixedClock(start or START))
@@ -47,7 +55,7 @@ def race_outbox_claim(db: str, calls: str, barrier: Any, results: Any) -> None:
     results.put((os.getpid(), [d.message_id for d in dispatcher.run_once()]))
 
 
-def deliver_then_hang(db: str, calls: str, inside: Any, topic: str) -> None:
+def deliver_then_hang(db: Any, calls: str, inside: Any, topic: str) -> None:
     """Claim the message of ``topic``, record the send, then hang inside the handler until
     killed (the parent SIGKILLs this process while it is here)."""
     from ctrlrun.durable import Dispatcher
@@ -71,7 +79,7 @@ def inside_forever() -> None:
 
 
 def run_plan_then_hang(
-    db: str, policy: str, calls: str, plan_id: str, inside: Any, hang_in: str
+    db: Any, policy: str, calls: str, plan_id: str, inside: Any, hang_in: str
 ) -> None:
     """Run ``plan_id``; hang inside step ``hang_in`` (``db`` or ``external``) until killed."""
     from durable_steps import make_steps
@@ -86,7 +94,7 @@ def run_plan_then_hang(
     PlanRunner(store, steps, control=control).run(plan_id)
 
 
-def start_then_hang(db: str, calls: str, operation_id: str, inside: Any) -> None:
+def start_then_hang(db: Any, calls: str, operation_id: str, inside: Any) -> None:
     """Start ``operation_id``; the starter records the remote call, then hangs until killed."""
     from ctrlrun.durable import Operations
 

@@ -42,7 +42,9 @@ def test_list_show_and_approve_by_the_reviewed_hash(store, cli):
     ok = cli("plans", "approve", plan.plan_id, "--hash", plan.plan_hash)
     assert ok.exit_code == 0 and "approved" in ok.output and "by bob" in ok.output
     assert Plans(store).get(plan.plan_id).status is PlanStatus.APPROVED
-    data = json.loads(cli("plans", "show", plan.plan_id, "--json").output)
+    shown = cli("plans", "show", plan.plan_id, "--json").output
+    assert shown.count("\n") == 1  # one document, one line
+    data = json.loads(shown)
     assert data["approved_hash"] == plan.plan_hash and data["receipts"] == []
 
 
@@ -58,9 +60,15 @@ def test_reject_and_the_errors(store, cli):
 
 def test_operations_list_and_reap(store, cli):
     operation = Operations(store).submit("branch.reset", "db:main")
+    second = Operations(store).submit("branch.reset", "db:other")
     listed = cli("operations", "list", "--json")
     assert listed.exit_code == 0
-    assert [op["operation_id"] for op in json.loads(listed.output)] == [operation.operation_id]
+    lines = listed.output.splitlines()  # one JSON document per line, like every --json listing
+    assert [json.loads(line)["operation_id"] for line in lines] == [
+        operation.operation_id,
+        second.operation_id,
+    ]
+    assert cli("operations", "list", "--status", "failed", "--json").output == ""
     reaped = cli("operations", "reap")
     assert reaped.exit_code == 0 and "nothing to reap" in reaped.output
 

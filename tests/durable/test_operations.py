@@ -1,5 +1,5 @@
 """Long-running operations on a real SQLite file and the real test Postgres (``backend``), plus
-real OS processes racing the start and a starter killed with SIGKILL (SQLite)."""
+real OS processes racing the start (SQLite) and a starter killed with SIGKILL (both)."""
 
 from __future__ import annotations
 
@@ -231,10 +231,10 @@ def test_four_processes_race_the_start(sqlite_backend, tmp_path):
 
 
 @pytest.mark.slow
-def test_kill_9_mid_start_is_never_reissued(sqlite_backend, clock, tmp_path):
+def test_kill_9_mid_start_is_never_reissued(backend, tmp_path):
     """SIGKILL inside the starter (after the remote call): after the lease, reap flags the
     unknown start; a retry does not issue it again; the poller finds it by its token."""
-    ops = Operations(sqlite_backend.store)
+    ops = Operations(backend.store)
     operation = ops.submit("branch.reset", "db:main", idempotency_key="reset-1")
     calls = tmp_path / "calls"
     calls.mkdir()
@@ -242,14 +242,14 @@ def test_kill_9_mid_start_is_never_reissued(sqlite_backend, clock, tmp_path):
     inside = ctx.Event()
     child = ctx.Process(
         target=start_then_hang,
-        args=(str(sqlite_backend.store.path), str(calls), operation.operation_id, inside),
+        args=(backend.spec, str(calls), operation.operation_id, inside),
     )
     child.start()
     assert inside.wait(timeout=60)
     os.kill(child.pid, signal.SIGKILL)
     child.join(timeout=30)
     assert ops.reap() == ()  # its lease is still live
-    clock.advance(timedelta(minutes=6))
+    backend.pass_time(timedelta(minutes=6))
     (reaped,) = ops.reap()
     assert reaped.reconcile and reaped.remote_id is None
     again = ops.submit("branch.reset", "db:main", idempotency_key="reset-1")

@@ -1,5 +1,5 @@
 """The outbox on a real SQLite file and on the real test Postgres (``backend``), plus real OS
-processes racing a claim and a worker killed with SIGKILL mid-delivery (SQLite)."""
+processes racing a claim (SQLite) and a worker killed with SIGKILL mid-delivery (both)."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ class TestEnqueue:
         assert outbox.list() == ()
         assert backend.sql("SELECT count(*) AS n FROM {t}orders")[0]["n"] == 0
         insert_order(backend, conn, 2)
-        message_id = outbox.enqueue_in_txn(conn, "order.created", {"order": 2})
+        message_id = outbox.enqueue("order.created", {"order": 2}, conn=conn)  # same, by keyword
         assert outbox.get(message_id) is None  # not visible before the caller commits
         conn.commit()
         assert [m.payload for m in outbox.list()] == [{"order": 2}]
@@ -80,10 +80,16 @@ class TestEnqueue:
         assert sorted(m.payload["n"] for m in outbox.list()) == [1, 3]
         conn.close()
 
-    def test_an_autocommit_connection_is_refused(self, sqlite_backend):
-        conn = sqlite3.connect(sqlite_backend.store.path, isolation_level=None)
+    def test_an_autocommit_connection_is_refused(self, backend):
+        if backend.name == "sqlite":
+            conn = sqlite3.connect(backend.store.path, isolation_level=None)
+        else:
+            conn = psycopg.connect(backend.url, autocommit=True)
+        outbox = Outbox(backend.store)
         with pytest.raises(InvalidArgument, match="autocommit"):
-            Outbox(sqlite_backend.store).enqueue_in_txn(conn, "t", {})
+            outbox.enqueue("t", {}, conn=conn)
+        conn.close()
+        assert outbox.list() == ()  # refused before anything was written
 
     def test_floats_are_refused(self, sqlite_backend):
         with pytest.raises(InvalidArgument, match="float"):
@@ -337,31 +343,29 @@ def test_four_processes_race_one_message(sqlite_backend, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("topic", "then"), [("mail", "resent"), ("pay", "parked")])
-def test_kill_9_mid_delivery(sqlite_backend, clock, tmp_path, topic, then):
+def test_kill_9_mid_delivery(backend, tmp_path, topic, then):
     """SIGKILL while the child is inside the handler (after the send): a retry topic re-sends
     after the lease (at-least-once); a parking topic parks it and never re-sends."""
-    outbox = Outbox(sqlite_backend.store)
+    outbox = Outbox(backend.store)
     message_id = outbox.enqueue(topic, {})
     calls = tmp_path / "calls"
     calls.mkdir()
     ctx = mp.get_context("spawn")
     inside = ctx.Event()
-    child = ctx.Process(
-        target=deliver_then_hang, args=(str(sqlite_backend.store.path), str(calls), inside, topic)
-    )
+    child = ctx.Process(target=deliver_then_hang, args=(backend.spec, str(calls), inside, topic))
     child.start()
     assert inside.wait(timeout=60)
     os.kill(child.pid, signal.SIGKILL)
     child.join(timeout=30)
     assert child.exitcode == -signal.SIGKILL
     assert outbox.get(message_id).status is MessageStatus.PROCESSING  # until the lease lapses
-    clock.advance(timedelta(minutes=6))
+    backend.pass_time(timedelta(minutes=6))
 
     def second_send(message):
         (calls / f"{topic}-2").touch(exist_ok=False)
 
     park = {"pay": "park"}
-    deliveries = Dispatcher(sqlite_backend.store, second_send, on_unknown=park).run_once()
+    deliveries = Dispatcher(backend.store, second_send, on_unknown=park).run_once()
     message = outbox.get(message_id)
     if then == "resent":
         assert [d.status for d in deliveries] == [MessageStatus.SENT]

@@ -302,12 +302,12 @@ class TestExternalSteps:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("hang_in", ["db", "external"])
-def test_kill_9_mid_step(sqlite_backend, clock, tmp_path, calls, hang_in):
+def test_kill_9_mid_step(inventory, tmp_path, calls, hang_in):
     """SIGKILL inside a step. A database step's transaction never committed: the resume runs
     it again and it commits once. An external step's effect key is left executing: after its
     lease the resume finds it AMBIGUOUS and never calls it again."""
-    store = sqlite_backend.store
-    sqlite_backend.sql(INVENTORY_SQLITE)
+    backend = inventory
+    store = backend.store
     policy = tmp_path / "ctrlrun.yaml"
     policy.write_text(POLICY)
     first = RESERVE if hang_in == "db" else EMAIL
@@ -318,20 +318,20 @@ def test_kill_9_mid_step(sqlite_backend, clock, tmp_path, calls, hang_in):
     inside = ctx.Event()
     child = ctx.Process(
         target=run_plan_then_hang,
-        args=(str(store.path), str(policy), str(calls), plan.plan_id, inside, hang_in),
+        args=(backend.spec, str(policy), str(calls), plan.plan_id, inside, hang_in),
     )
     child.start()
     assert inside.wait(timeout=60)
     os.kill(child.pid, signal.SIGKILL)
     child.join(timeout=30)
     assert Plans(store).get(plan.plan_id).status is PlanStatus.EXECUTING  # heartbeat live
-    clock.advance(timedelta(minutes=10))  # past the heartbeat and the effect lease
+    backend.pass_time(timedelta(minutes=10))  # past the heartbeat and the effect lease
     assert Plans(store).get(plan.plan_id).status is PlanStatus.APPROVED  # healed on read
-    control = Control(Policy.from_yaml(POLICY), store, clock=clock)
+    control = Control(Policy.from_yaml(POLICY), store, clock=backend.clock)
     outcome = PlanRunner(store, make_steps(str(calls)), control=control).run(plan.plan_id)
     if hang_in == "db":
         assert outcome.ok and outcome.ran == (0, 1)
-        assert inventory_rows(sqlite_backend) == [
+        assert inventory_rows(backend) == [
             {"item": "gadget", "qty": 1},
             {"item": "widget", "qty": 2},
         ]
@@ -340,7 +340,7 @@ def test_kill_9_mid_step(sqlite_backend, clock, tmp_path, calls, hang_in):
         assert outcome.plan.status is PlanStatus.FAILED and outcome.ran == (0,)
         assert [r.result for r in outcome.receipts] == [StepResult.AMBIGUOUS]
         assert marks(calls, "email-") == ["email-ops@example.com"]  # never called again
-        assert inventory_rows(sqlite_backend) == []
+        assert inventory_rows(backend) == []
     assert store.verify_chain().ok
 
 

@@ -215,6 +215,30 @@ class TestTransitions:
             assert start(proxied, "act_2").reservation.attempt == 2
             assert branches() == [("A2_LANDED", KEY)]  # the renewal needed no recovery
 
+    @pytest.mark.parametrize("outcome", [EffectState.FAILED, EffectState.AMBIGUOUS])
+    def test_a_landed_outcome_whose_record_moved_on_is_recognised_by_its_receipt(
+        self, proxied, pg_proxy, branches, direct, outcome
+    ):
+        # The soak found it: the outcome's COMMIT landed, the reply was lost, and before the
+        # re-read a rival renewed the FAILED key (or a reconcile settled the AMBIGUOUS one). The
+        # effect row is no longer ours, but the receipt written in the same transaction is:
+        # the transaction committed, and its receipt is the call's only receipt.
+        start(proxied)
+
+        def rival_moves_on() -> None:
+            if outcome is EffectState.FAILED:
+                start(direct, "act_2")
+            else:
+                direct.resolve_effect(KEY, EffectState.FAILED, "reconcile:x", by="reconcile")
+
+        pg_proxy.cut_after_commit(on_cut=rival_moves_on)
+        receipt = finish(proxied, outcome=outcome)
+        assert pg_proxy.cuts_after_commit == 1
+        assert branches() == [("A2_LANDED", KEY)]
+        assert [r.receipt_id for r in direct.receipts()] == [receipt.receipt_id]
+        assert receipt.document["result"] == str(outcome)
+        assert direct.verify_chain().ok
+
     def test_a_swallowed_commit_on_the_outcome_is_reissued(self, proxied, pg_proxy, branches):
         start(proxied)
         pg_proxy.cut_before_commit()

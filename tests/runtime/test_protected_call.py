@@ -274,6 +274,29 @@ class TestReconcile:
         assert store.get_effect("refund:pay_1").state is EffectState.AMBIGUOUS
         assert len(calls) == 1 and len(remote.calls) == 1
 
+    def test_a_stale_answer_settles_only_the_attempt_it_was_asked_about(
+        self, control, remote, store
+    ):
+        # The interleaving the soak found, driven from inside the hook: while the hook is asked
+        # about attempt 1, a person resolves it, another caller reserves attempt 2 and loses its
+        # reply (AMBIGUOUS). The hook's "not_executed" is about attempt 1; applied to attempt 2
+        # it would mark FAILED an attempt that executed, and the next caller would run it again.
+        calls: list[str] = []
+
+        def hook(key):
+            store.resolve_effect(key, EffectState.FAILED, "cli:local")
+            remote.fail_with.append(TimeoutError())
+            with pytest.raises(TimeoutError):
+                refund("pay_1", 1)  # attempt 2: the remote acted, the reply was lost
+            return "not_executed"
+
+        refund = self.protected(control, remote, hook, calls)
+        with ctrlrun.context("bot"), pytest.raises(AmbiguousEffect):
+            refund("pay_1", 1)
+        record = store.get_effect("refund:pay_1")
+        assert (record.state, record.attempt) == (EffectState.AMBIGUOUS, 2)
+        assert len(remote.calls) == 2 and len(calls) == 1  # attempt 2 was never run twice
+
     def test_a_raising_hook_counts_as_unknown_and_is_asked_once(self, control, remote, store):
         calls: list[str] = []
 

@@ -232,6 +232,23 @@ class TestResolution:
         with pytest.raises(InvalidArgument):
             ambiguous.resolve_effect(KEY, target, "cli:local")
 
+    def test_a_verdict_bound_to_an_attempt_settles_only_that_attempt(self, ambiguous):
+        # attempt 1 resolved, attempt 2 reserved and left AMBIGUOUS: a verdict about attempt 1
+        # must not land on attempt 2, which may have executed
+        ambiguous.resolve_effect(KEY, EffectState.FAILED, "cli:local")
+        start(ambiguous, "act_2")
+        finish(ambiguous, "act_2", attempt=2, outcome=EffectState.AMBIGUOUS, error="Timeout")
+        with pytest.raises(InvalidArgument, match="attempt 2 now, not attempt 1"):
+            ambiguous.resolve_effect(KEY, EffectState.FAILED, "hook", by="reconcile", attempt=1)
+        record = ambiguous.get_effect(KEY)
+        assert (record.state, record.attempt, record.resolved_by) == (
+            EffectState.AMBIGUOUS,
+            2,
+            None,
+        )
+        resolved = ambiguous.resolve_effect(KEY, EffectState.FAILED, "hook", attempt=2)
+        assert (resolved.state, resolved.attempt) == (EffectState.FAILED, 2)
+
     def test_only_an_ambiguous_record_resolves(self, store):
         start(store)
         with pytest.raises(InvalidArgument):

@@ -32,6 +32,7 @@ from support.broken_stores import (
     RefusesWithTheWrongError,
     ReleasesAnExpiredLease,
     RenumbersEvents,
+    ResolvesAnyAttempt,
     ResolvesAnything,
     SweepsOnRead,
     TwoWinners,
@@ -184,6 +185,12 @@ FIXTURES = {
             "only-ambiguous",
             "resolve a committed record to failed: admitted",
             ResolvesAnything,
+        ),
+        Fixture(
+            "resolves-any-attempt",
+            "only-that-attempt",
+            "a verdict about attempt 1: admitted",
+            ResolvesAnyAttempt,
         ),
         Fixture(
             "forgets-the-resolver",

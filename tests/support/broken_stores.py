@@ -268,12 +268,19 @@ class FinishesInTwoTransactions(Delegate):
 class ResolvesAnything(Delegate):
     """Resolves whatever it is asked to, whatever the record's state."""
 
-    def resolve_effect(self, key, state, resolver, *, by="human"):
+    def resolve_effect(self, key, state, resolver, *, by="human", attempt=None):
         record = self.inner.get_effect(key)
         if record is None or record.state is EffectState.AMBIGUOUS:
-            return self.inner.resolve_effect(key, state, resolver, by=by)
+            return self.inner.resolve_effect(key, state, resolver, by=by, attempt=attempt)
         self.force(record, EffectState(state), resolver)
         return self.inner.get_effect(key)
+
+
+class ResolvesAnyAttempt(Delegate):
+    """Accepts a verdict bound to an attempt, and applies it to whichever attempt is there."""
+
+    def resolve_effect(self, key, state, resolver, *, by="human", attempt=None):
+        return self.inner.resolve_effect(key, state, resolver, by=by)
 
 
 class ForgetsTheResolver(Delegate):

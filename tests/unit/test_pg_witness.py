@@ -145,6 +145,17 @@ class TestOtherWitnesses:
         empty.saw("effect_insert", INSERT, 0)  # matched nothing: not a witness
         assert empty.evidence() is None
 
+    def test_an_outcome_carries_its_receipt_as_corroboration(self):
+        # the effect row can move on after the COMMIT landed; the receipt cannot
+        receipt = {"receipt_id": "r", "seq": 1, "document": "{}", "hash": "h"}
+        found = evidence(("effect_move", MOVE), ("receipt_insert", receipt))
+        assert found.kind == "effect" and found.corroboration is not None
+        assert found.corroboration.kind == "receipt"
+        assert found.corroboration.judge({**receipt}) is Verdict.LANDED
+        assert found.corroboration.judge(None) is Verdict.NOT_LANDED
+        assert evidence(("effect_move", MOVE)).corroboration is None
+        assert evidence(("receipt_insert", receipt)).corroboration is None
+
     def test_an_approval_answered_by_someone_else_is_refused_as_answered(self):
         answer = {"approval_id": "apr_1", "status": "granted", "approver": "a", "answered_at": NOW}
         found = evidence(("approval_answer", answer))

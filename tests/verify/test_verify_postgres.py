@@ -1,7 +1,7 @@
 """``ctrlrun verify --store-url postgresql://…`` on the real server: every guarantee of the
 sample policy passes, G11 included (both windows opened on the real store); every scratch
 schema is dropped; ``public`` and the operator's own schema (named in the URL, and ignored)
-are left exactly as they were."""
+are left exactly as they were — also when a guarantee raises or the run is interrupted."""
 
 from __future__ import annotations
 
@@ -61,3 +61,43 @@ def test_every_guarantee_passes_on_postgres_and_nothing_is_left_behind(
     assert objects_in(pg_server, "public") == public
     assert objects_in(pg_server, operator.schema) == theirs
     assert receipt_ids(operator) == ["rcp_operator"]
+
+
+def _breaking(exc: BaseException):
+    """A scenario that opens its scratch store (so its schema exists), then raises ``exc``."""
+
+    def scenario(lab):
+        lab.store.record((), {"receipt_id": "rcp_scratch", "action_id": "a", "result": "x"})
+        assert lab.store.receipts()  # the scratch schema is really there when it raises
+        raise exc
+
+    return scenario
+
+
+def test_a_guarantee_that_raises_is_an_error_and_its_schema_is_dropped(
+    pg_server, tmp_path, monkeypatch
+):
+    import ctrlrun.verify.runner as runner
+
+    broken = runner.Guarantee("G3", "duplicate effect refused", _breaking(KeyError("bug")))
+    monkeypatch.setattr(runner, "GUARANTEES", (broken,))
+    policy = tmp_path / "ctrlrun.yaml"
+    policy.write_text(POLICY)
+    result = CliRunner().invoke(
+        main, ["verify", "--policy", str(policy), "--store-url", pg_server.url, "--json"]
+    )
+    assert result.exit_code == 3, result.output
+    (g3,) = json.loads(result.stdout)["guarantees"]
+    assert g3["status"] == "error" and "KeyError" in g3["detail"]
+    assert schemas_like(pg_server, "ctrlrun_verify_") == []
+
+
+def test_a_run_ended_by_an_interrupt_still_drops_its_schema(pg_server, monkeypatch):
+    import ctrlrun.verify.runner as runner
+    from ctrlrun import Policy
+
+    broken = runner.Guarantee("G3", "duplicate effect refused", _breaking(KeyboardInterrupt()))
+    monkeypatch.setattr(runner, "GUARANTEES", (broken,))
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(Policy.from_yaml(POLICY), store_url=pg_server.url)
+    assert schemas_like(pg_server, "ctrlrun_verify_") == []

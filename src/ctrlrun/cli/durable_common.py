@@ -4,7 +4,6 @@ aligned tables."""
 from __future__ import annotations
 
 import getpass
-import json
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -14,9 +13,13 @@ from typing import Any
 
 import click
 
+from ctrlrun.cli.common import json_line
 from ctrlrun.errors import CtrlrunError
 
-STORE_URL_HELP = "sqlite:///path or postgresql://…?ctrlrun_schema=name (or $CTRLRUN_STORE_URL)"
+STORE_URL_HELP = (
+    "sqlite:///path or postgresql://…?ctrlrun_schema=name (or $CTRLRUN_STORE_URL;"
+    " default: .ctrlrun/state.db beside the policy file)"
+)
 
 
 def store_option(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -67,6 +70,8 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     )
 
 
-def emit_json(value: Any) -> None:
-    """``value`` as indented JSON (datetimes as ISO text)."""
-    click.echo(json.dumps(value, indent=2, sort_keys=True, default=str))
+def emit_json(*documents: Any) -> None:
+    """Each document as one JSON line (keys sorted, datetimes as ISO text), like every other
+    ``--json`` listing of the command line; nothing at all for no documents."""
+    for document in documents:
+        json_line(document)

@@ -55,7 +55,7 @@ def list_operations(status: str | None, as_json: bool, store_url: str | None) ->
     with refusals():
         records = _operations(store_url).list(status)
         if as_json:
-            emit_json([dataclasses.asdict(r) for r in records])
+            emit_json(*(dataclasses.asdict(r) for r in records))
         else:
             click.echo(table(HEADERS, _rows(records)))
 
@@ -69,6 +69,6 @@ def reap_operations(as_json: bool, store_url: str | None) -> None:
     with refusals():
         moved = _operations(store_url).reap()
         if as_json:
-            emit_json([dataclasses.asdict(r) for r in moved])
+            emit_json(*(dataclasses.asdict(r) for r in moved))
             return
         click.echo(table(HEADERS, _rows(moved)) if moved else "nothing to reap")

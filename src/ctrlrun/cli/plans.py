@@ -45,7 +45,7 @@ def list_plans(status: str | None, as_json: bool, store_url: str | None) -> None
     with refusals():
         records = _plans(store_url).list(status)
         if as_json:
-            emit_json([_as_dict(r) for r in records])
+            emit_json(*(_as_dict(r) for r in records))
             return
         rows = [
             (

@@ -48,6 +48,16 @@ def receipt_json(receipt: Receipt) -> dict[str, Any]:
     return {**document, "hash": receipt.hash}
 
 
+def cites(receipt: Receipt, control: str) -> bool:
+    """Whether the receipt's document lists ``control`` in its ``controls``; an unreadable or
+    malformed row cites nothing (it is still shown by the unfiltered listing)."""
+    document = read_document(receipt)
+    if isinstance(document, str):
+        return False
+    cited = document.get("controls")
+    return isinstance(cited, list) and control in cited
+
+
 def _seq(receipt: Receipt) -> str:
     return "-" if receipt.seq is None else str(receipt.seq)
 
@@ -85,15 +95,25 @@ def receipt_row(receipt: Receipt) -> tuple[str, ...]:
     is_flag=True,
     help="Check the whole hash chain instead of listing; exit 1 on any break.",
 )
+@click.option(
+    "--control",
+    metavar="ID",
+    help="Only receipts citing this control id (a filter: no match lists nothing).",
+)
 @store_url_option
-def receipts(last: int | None, as_json: bool, verify: bool, store_url: str | None) -> None:
+def receipts(
+    last: int | None, as_json: bool, verify: bool, control: str | None, store_url: str | None
+) -> None:
     """Receipts in chain order (rows without a seq last).
 
-    With --verify-chain, walk the whole chain and print each break as `seq N  kind`
-    (`seq -` for a row outside the chain); exit 1 if there is any.
+    With --control ID, only the receipts of decisions taken under that control. With
+    --verify-chain, walk the whole chain and print each break as `seq N  kind` (`seq -` for a
+    row outside the chain); exit 1 if there is any.
     """
     if verify and last is not None:
         raise click.UsageError("--last limits the listing; --verify-chain checks every receipt")
+    if verify and control is not None:
+        raise click.UsageError("--control filters the listing; --verify-chain checks every receipt")
     with existing_store(store_url) as store:
         if verify:
             rows, report = chain_snapshot(store)
@@ -102,12 +122,14 @@ def receipts(last: int | None, as_json: bool, verify: bool, store_url: str | Non
     if report is not None:
         show_report(rows, report, as_json=as_json)
         return
+    if control is not None:
+        rows = tuple(r for r in rows if cites(r, control))
     chosen = rows[-last:] if last else rows
     if as_json:
         for receipt in chosen:
             json_line(receipt_json(receipt))
     elif not chosen:
-        click.echo("no receipts yet")
+        click.echo("no receipts yet" if control is None else f"no receipts cite {control}")
     else:
         table([receipt_row(r) for r in chosen], header=HEADER, color_column=2)
 

@@ -63,8 +63,9 @@ class DocumentStore:
         return self.state_store.transact(work)
 
     def get(self, doc_id: str) -> Document:
-        """The latest version; ``DocumentNotFound`` if there is none. Use ``.content`` and
-        ``.version`` (the pair a later ``save`` is based on)."""
+        """The latest version; ``DocumentNotFound`` if there is none. It unpacks as
+        ``content, version = docs.get(doc_id)`` (the pair a later ``save`` is based on) and
+        carries the rest (hash, timestamps, last writer) as attributes."""
         doc_id = check_doc_id(doc_id)
         return self.state_store.read(lambda txn: get_document_in_txn(txn, doc_id))
 

@@ -88,9 +88,13 @@ class Outbox:
         *,
         key: str | None = None,
         available_at: datetime | None = None,
+        conn: Any = None,
     ) -> str:
-        """``enqueue_in_txn`` in a transaction of the store's own (for callers with no database
-        work of their own to commit alongside)."""
+        """Insert a PENDING message; return its id. With ``conn`` (the caller's connection, in
+        its open transaction) this is ``enqueue_in_txn``: the message commits with the caller's
+        writes or not at all. Without it, in a transaction of the store's own."""
+        if conn is not None:
+            return self.enqueue_in_txn(conn, topic, payload, key=key, available_at=available_at)
         params = self._enqueue_params(topic, payload, key, available_at)
 
         def work(txn: Txn) -> str:

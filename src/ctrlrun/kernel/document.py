@@ -9,7 +9,7 @@ save; stores call it and then only write, with one conditional update on the ver
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -112,6 +112,10 @@ class Document:
     created_at: datetime
     updated_at: datetime
     updated_by: str | None
+
+    def __iter__(self) -> Iterator[Any]:
+        """Unpacks as ``(content, version)``: the pair a later ``save`` is based on."""
+        return iter((self.content, self.version))
 
 
 @dataclass(frozen=True, slots=True)

@@ -240,11 +240,17 @@ def plan_transition(
 
 
 def plan_resolution(
-    record: EffectRecord | None, *, effect_key: str, target: EffectState
+    record: EffectRecord | None,
+    *,
+    effect_key: str,
+    target: EffectState,
+    attempt: int | None = None,
 ) -> InvalidArgument | None:
     """Whether a human or a reconcile hook may resolve ``record`` to ``target``.
 
-    Only an AMBIGUOUS record moves, and only to COMMITTED or FAILED.
+    Only an AMBIGUOUS record moves, and only to COMMITTED or FAILED; with ``attempt``, only
+    while the record is still that attempt (an answer about one attempt says nothing of the
+    next one, which may have executed).
     """
     if target not in RESOLVABLE_TARGETS:
         return InvalidArgument(f"an effect resolves to committed or failed, not {target!r}")
@@ -254,6 +260,11 @@ def plan_resolution(
         return InvalidArgument(
             f"effect {effect_key!r} is {record.state}, not ambiguous; only an AMBIGUOUS effect"
             " can be resolved"
+        )
+    if attempt is not None and record.attempt != attempt:
+        return InvalidArgument(
+            f"effect {effect_key!r} is attempt {record.attempt} now, not attempt {attempt};"
+            " the verdict was about the earlier attempt and settles nothing else"
         )
     return None
 

@@ -27,6 +27,7 @@ from ctrlrun.kernel.policy_model import (
     POLICY_SCHEMA,
     ActionPolicy,
     Condition,
+    ControlEntry,
     Decision,
     Op,
     Rule,
@@ -36,6 +37,7 @@ __all__ = [
     "POLICY_SCHEMA",
     "ActionPolicy",
     "Condition",
+    "ControlEntry",
     "Decision",
     "Evaluation",
     "Op",
@@ -75,6 +77,8 @@ class Evaluation:
     ``rule`` is the zero-based index of the deciding rule, set exactly when ``reason`` is
     ``rule`` or ``condition_unevaluable``; ``condition`` names the condition (``amount_lte``)
     that could not be evaluated. The three fail-closed reasons always come with ``deny``.
+    ``controls`` are the control ids the decision was taken under: the entry's and, when a rule
+    decided, that rule's (sorted, no repeats); receipts cite them.
     Raises ``InvalidArgument`` if constructed inconsistently.
     """
 
@@ -82,6 +86,7 @@ class Evaluation:
     reason: Reason
     rule: int | None = None
     condition: str | None = None
+    controls: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if (self.rule is not None) != (self.reason in _RULE_REASONS):
@@ -111,19 +116,31 @@ class Evaluation:
         return str(self.reason)
 
 
-def _evaluate_rules(rules: tuple[Rule, ...], action: Action) -> Evaluation:
-    for index, rule in enumerate(rules):
+def _cited(entry: ActionPolicy, rule: Rule) -> tuple[str, ...]:
+    if not rule.controls:
+        return entry.controls
+    return tuple(sorted({*entry.controls, *rule.controls}))
+
+
+def _evaluate_rules(entry: ActionPolicy, action: Action) -> Evaluation:
+    for index, rule in enumerate(entry.rules):
         matched = True
         # Every condition of a reached rule is evaluated, with no short cut: whether a call is
         # refused as unevaluable must not depend on the order its conditions were written in.
         for condition in rule.when:
             holds = _holds(condition, action)
             if holds is None:
-                return Evaluation(Decision.DENY, Reason.CONDITION_UNEVALUABLE, index, condition.key)
+                return Evaluation(
+                    Decision.DENY,
+                    Reason.CONDITION_UNEVALUABLE,
+                    index,
+                    condition.key,
+                    _cited(entry, rule),
+                )
             matched = matched and holds
         if matched:
-            return Evaluation(rule.decision, Reason.RULE, index)
-    return Evaluation(Decision.DENY, Reason.NO_MATCHING_RULE)
+            return Evaluation(rule.decision, Reason.RULE, index, controls=_cited(entry, rule))
+    return Evaluation(Decision.DENY, Reason.NO_MATCHING_RULE, controls=entry.controls)
 
 
 def _holds(condition: Condition, action: Action) -> bool | None:
@@ -132,19 +149,48 @@ def _holds(condition: Condition, action: Action) -> bool | None:
     return condition.holds(action.argument(condition.argument))
 
 
+def _registry(controls: Iterable[ControlEntry]) -> dict[str, ControlEntry]:
+    registry: dict[str, ControlEntry] = {}
+    for control in controls:
+        if not isinstance(control, ControlEntry):
+            raise InvalidArgument(f"expected a ControlEntry, got {control!r}")
+        if control.control_id in registry:
+            raise InvalidArgument(f"control {control.control_id!r} is given twice")
+        registry[control.control_id] = control
+    return dict(sorted(registry.items()))
+
+
+def _check_cited(entry: ActionPolicy, registry: Mapping[str, ControlEntry]) -> None:
+    cited = [*entry.controls, *(c for rule in entry.rules for c in rule.controls)]
+    unknown = sorted({c for c in cited if c not in registry})
+    if unknown:
+        raise InvalidArgument(
+            f"{entry.name}: cites control(s) {', '.join(unknown)} that the policy's 'controls'"
+            " section does not define"
+        )
+
+
 class Policy:
     """A validated, immutable set of action entries, and the hash of its decision inputs.
 
-    ``policy_hash`` is ``sha256:<hex>`` of ``to_document()``: the decisions, rules, templates
-    and ``max_attempts``, not the file's bytes, so formatting, comments, key order and the order
-    of ``in`` members do not change it, and descriptions are not part of it.
+    ``policy_hash`` is ``sha256:<hex>`` of ``to_document()``: the decisions, rules, templates,
+    ``max_attempts`` and the controls cited and defined, not the file's bytes, so formatting,
+    comments, key order and the order of ``in`` members do not change it, and descriptions are
+    not part of it. A policy that cites no control hashes as it did before controls existed.
     """
 
-    __slots__ = ("_actions", "_hash", "_source")
+    __slots__ = ("_actions", "_controls", "_hash", "_source")
 
-    def __init__(self, actions: Iterable[ActionPolicy], *, source: str | None = None) -> None:
-        """Raises ``InvalidArgument`` for a member that is not an ``ActionPolicy`` or a name
-        given twice."""
+    def __init__(
+        self,
+        actions: Iterable[ActionPolicy],
+        *,
+        source: str | None = None,
+        controls: Iterable[ControlEntry] = (),
+    ) -> None:
+        """Raises ``InvalidArgument`` for a member that is not an ``ActionPolicy``, a name
+        given twice, a control given twice, or an entry or rule citing a control that
+        ``controls`` does not define."""
         table: dict[str, ActionPolicy] = {}
         for entry in actions:
             if not isinstance(entry, ActionPolicy):
@@ -153,6 +199,9 @@ class Policy:
                 raise InvalidArgument(f"action {entry.name!r} is given twice")
             table[entry.name] = entry
         self._actions: Mapping[str, ActionPolicy] = MappingProxyType(table)
+        self._controls: Mapping[str, ControlEntry] = MappingProxyType(_registry(controls))
+        for entry in table.values():
+            _check_cited(entry, self._controls)
         self._source = source
         self._hash = digest(self.to_document())
 
@@ -176,6 +225,11 @@ class Policy:
         """Where the policy was loaded from, if it was; not a decision input."""
         return self._source
 
+    @property
+    def controls(self) -> Mapping[str, ControlEntry]:
+        """The written controls the policy cites, by id (a read-only view)."""
+        return self._controls
+
     def entry(self, name: str) -> ActionPolicy | None:
         """The entry for the action ``name``, or ``None`` if the policy does not name it."""
         return self._actions.get(name)
@@ -192,18 +246,21 @@ class Policy:
         if entry is None:
             return Evaluation(Decision.DENY, Reason.UNKNOWN_ACTION)
         if entry.decision is not None:
-            return Evaluation(entry.decision, Reason.DECISION)
-        return _evaluate_rules(entry.rules, action)
+            return Evaluation(entry.decision, Reason.DECISION, controls=entry.controls)
+        return _evaluate_rules(entry, action)
 
     def to_document(self) -> dict[str, Any]:
         """The canonical decision inputs as plain data (a fresh copy; the hash covers it).
 
         ``Policy.from_document(p.to_document())`` has the same hash and decides the same.
         """
-        return {
+        document: dict[str, Any] = {
             "schema": POLICY_SCHEMA,
             "actions": {name: entry.to_document() for name, entry in self._actions.items()},
         }
+        if self._controls:
+            document["controls"] = {cid: c.to_document() for cid, c in self._controls.items()}
+        return document
 
     @classmethod
     def from_document(
@@ -215,9 +272,9 @@ class Policy:
         errors can name them; ``source`` becomes ``PolicyError.path``. Raises ``PolicyError``
         and nothing else.
         """
-        entries = parse_policy_document(data, lines=lines, source=source)
+        entries, controls = parse_policy_document(data, lines=lines, source=source)
         try:
-            return cls(entries, source=source)
+            return cls(entries, source=source, controls=controls)
         except InvalidArgument as error:  # text with no canonical form (a lone surrogate)
             raise policy_error(error.message, source=source) from error
 

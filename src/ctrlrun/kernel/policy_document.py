@@ -18,8 +18,10 @@ from ctrlrun.kernel.policy_model import (
     POLICY_SCHEMA,
     ActionPolicy,
     Condition,
+    ControlEntry,
     Decision,
     Rule,
+    check_control_ids,
     check_max_attempts,
     check_resource_template,
     first_unreachable,
@@ -36,9 +38,19 @@ LineMap = Mapping[KeyPath, int]
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
 
-_TOP_KEYS: Final = ("schema", "actions")
-_ENTRY_KEYS: Final = ("decision", "rules", "effect", "resource", "max_attempts", "description")
-_RULE_KEYS: Final = ("when", "decision")
+_TOP_KEYS: Final = ("schema", "actions", "controls")
+_TOP_REQUIRED: Final = ("schema", "actions")
+_ENTRY_KEYS: Final = (
+    "decision",
+    "rules",
+    "effect",
+    "resource",
+    "max_attempts",
+    "description",
+    "controls",
+)
+_RULE_KEYS: Final = ("when", "decision", "controls")
+_CONTROL_KEYS: Final = ("title", "source")
 _DECISIONS: Final = frozenset(decision.value for decision in Decision)
 _DECISION_LIST: Final = ", ".join(decision.value for decision in Decision)
 
@@ -118,19 +130,52 @@ class _Reader:
 
 def parse_policy_document(
     data: object, *, lines: LineMap | None = None, source: str | None = None
-) -> tuple[ActionPolicy, ...]:
-    """The action entries of a ``ctrlrun.policy/v1`` document, in document order.
+) -> tuple[tuple[ActionPolicy, ...], tuple[ControlEntry, ...]]:
+    """The action entries of a ``ctrlrun.policy/v1`` document, in document order, and the
+    controls its ``controls`` section defines.
 
     Raises ``PolicyError`` (naming the key path, the line when ``lines`` has it, and
-    ``source`` as ``path``) for any departure from the schema; raises nothing else.
+    ``source`` as ``path``) for any departure from the schema, a control cited by an entry or
+    a rule that the ``controls`` section does not define included; raises nothing else.
     """
     reader = _Reader(lines or {}, source)
-    top = reader.mapping(data, (), _TOP_KEYS, _TOP_KEYS)
+    top = reader.mapping(data, (), _TOP_KEYS, _TOP_REQUIRED)
     schema = top["schema"]
     if schema != POLICY_SCHEMA:
         reader.fail(("schema",), f"must be {POLICY_SCHEMA!r}, got {schema!r}")
+    controls = _controls(reader, top.get("controls", {}))
     actions = reader.any_mapping(top["actions"], ("actions",), "a mapping of action names")
-    return tuple(_entry(reader, name, body) for name, body in actions.items())
+    entries = tuple(_entry(reader, name, body) for name, body in actions.items())
+    defined = {control.control_id for control in controls}
+    for entry in entries:
+        _check_cited(reader, entry, defined)
+    return entries, controls
+
+
+def _controls(reader: _Reader, value: object) -> tuple[ControlEntry, ...]:
+    registry = reader.any_mapping(value, ("controls",), "a mapping of control ids")
+    out = []
+    for control_id, body in registry.items():
+        path: KeyPath = ("controls", control_id)
+        fields = reader.mapping(body, path, _CONTROL_KEYS, ("title",))
+        out.append(
+            reader.checked(
+                path, ControlEntry, control_id, fields["title"], source=fields.get("source")
+            )
+        )
+    return tuple(out)
+
+
+def _check_cited(reader: _Reader, entry: ActionPolicy, defined: set[str]) -> None:
+    path: KeyPath = ("actions", entry.name)
+    places = [((*path, "controls"), entry.controls)]
+    places += [((*path, "rules", i, "controls"), r.controls) for i, r in enumerate(entry.rules)]
+    for where, cited in places:
+        for control_id in cited:
+            if control_id not in defined:
+                reader.fail(
+                    where, f"cites control {control_id!r}, which 'controls' does not define"
+                )
 
 
 def _entry(reader: _Reader, name: str, body: object) -> ActionPolicy:
@@ -160,7 +205,14 @@ def _entry(reader: _Reader, name: str, body: object) -> ActionPolicy:
             (*path, "max_attempts"), check_max_attempts, entry.get("max_attempts")
         ),
         description=description,
+        controls=_cited_ids(reader, entry, path),
     )
+
+
+def _cited_ids(reader: _Reader, body: Mapping[str, Any], parent: KeyPath) -> tuple[str, ...]:
+    if "controls" not in body:
+        return ()
+    return reader.checked((*parent, "controls"), check_control_ids, body["controls"])
 
 
 def _decision(reader: _Reader, value: object, parent: KeyPath) -> Decision:
@@ -199,8 +251,9 @@ def _rules(reader: _Reader, value: object, path: KeyPath) -> tuple[Rule, ...]:
 def _rule(reader: _Reader, value: object, path: KeyPath) -> Rule:
     rule = reader.mapping(value, path, _RULE_KEYS, ("decision",))
     decision = _decision(reader, rule["decision"], path)
+    controls = _cited_ids(reader, rule, path)
     if "when" not in rule:
-        return Rule((), decision)
+        return Rule((), decision, controls)
     when_path = (*path, "when")
     when = reader.any_mapping(rule["when"], when_path, "a mapping of conditions")
     if not when:
@@ -208,4 +261,4 @@ def _rule(reader: _Reader, value: object, path: KeyPath) -> Rule:
     conditions = tuple(
         reader.checked((*when_path, key), Condition.parse, key, item) for key, item in when.items()
     )
-    return reader.checked(path, Rule, conditions, decision)
+    return reader.checked(path, Rule, conditions, decision, controls)

@@ -8,6 +8,7 @@ from ``ctrlrun.yaml`` (ARCHITECTURE §6). Nothing here does I/O or imports a par
 from __future__ import annotations
 
 import operator
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -221,7 +222,8 @@ class Condition:
 class Rule:
     """``decision`` applies when every condition in ``when`` holds; no conditions: always.
 
-    ``when`` is kept sorted by condition key, whatever order it was given in.
+    ``when`` is kept sorted by condition key, whatever order it was given in. ``controls`` are
+    the ids of the written controls a decision by this rule is taken under (kept sorted).
 
     Raises ``InvalidArgument`` for a decision that is not a ``Decision``, a member of ``when``
     that is not a ``Condition``, or the same ``<argument>_<op>`` twice.
@@ -229,10 +231,12 @@ class Rule:
 
     when: tuple[Condition, ...]
     decision: Decision
+    controls: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.decision, Decision):
             raise InvalidArgument(f"decision must be a Decision, got {self.decision!r}")
+        object.__setattr__(self, "controls", check_control_ids(self.controls))
         if not isinstance(self.when, tuple) or not all(
             isinstance(item, Condition) for item in self.when
         ):
@@ -249,6 +253,8 @@ class Rule:
         out: dict[str, Any] = {"decision": self.decision.value}
         if self.when:
             out["when"] = {condition.key: condition.to_value() for condition in self.when}
+        if self.controls:
+            out["controls"] = list(self.controls)
         return out
 
 
@@ -285,8 +291,9 @@ class ActionPolicy:
 
     Exactly one of ``decision`` (applies to every call) and ``rules`` (tried in order, the first
     match decides). ``effect`` and ``resource`` are templates resolved per call elsewhere;
-    ``max_attempts`` bounds the attempts on one effect key. ``description`` is for people and is
-    not a decision input. Raises ``InvalidArgument`` for a bad name, both or neither of
+    ``max_attempts`` bounds the attempts on one effect key. ``controls`` are the ids of the
+    written controls every decision on this action is taken under. ``description`` is for people
+    and is not a decision input. Raises ``InvalidArgument`` for a bad name, both or neither of
     ``decision``/``rules``, a rule after an unconditional one (unreachable), a ``{resource}``
     inside ``resource``, or ``max_attempts`` below 1.
     """
@@ -298,9 +305,11 @@ class ActionPolicy:
     resource: Template | None = None
     max_attempts: int | None = None
     description: str | None = None
+    controls: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         check_action_name(self.name)
+        object.__setattr__(self, "controls", check_control_ids(self.controls))
         if (self.decision is None) == (not self.rules):
             raise InvalidArgument(
                 f"{self.name}: give exactly one of decision and rules"
@@ -339,4 +348,54 @@ class ActionPolicy:
             out["resource"] = self.resource.source
         if self.max_attempts is not None:
             out["max_attempts"] = self.max_attempts
+        if self.controls:
+            out["controls"] = list(self.controls)
+        return out
+
+
+CONTROL_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}")
+"""A control id: what an organisation calls a written expectation (``FIN-7``, ``SOC2:CC6.1``)."""
+
+
+def check_control_ids(value: object) -> tuple[str, ...]:
+    """``value`` (a list or tuple of control ids) sorted, as a tuple; else raise.
+
+    Raises ``InvalidArgument`` for a non-sequence, an id that is not a ``CONTROL_ID``, or an id
+    given twice (a slip, never a weight).
+    """
+    if not isinstance(value, list | tuple):
+        raise InvalidArgument(f"controls must be a list of control ids, got {json_type(value)}")
+    for item in value:
+        if not isinstance(item, str) or not CONTROL_ID.fullmatch(item):
+            raise InvalidArgument(
+                f"control id {item!r} must be 1-64 letters, digits or ._:/- (starting with a"
+                " letter or digit)"
+            )
+    if len(set(value)) != len(value):
+        raise InvalidArgument(f"a control id is repeated in {list(value)}")
+    return tuple(sorted(value))
+
+
+@dataclass(frozen=True, slots=True)
+class ControlEntry:
+    """One written control the policy cites: its id, a title for people, and where it is
+    written down (``source``, quoted on nothing, never interpreted). Raises ``InvalidArgument``
+    for a bad id or an empty or non-string title or source."""
+
+    control_id: str
+    title: str
+    source: str | None = None
+
+    def __post_init__(self) -> None:
+        check_control_ids([self.control_id])
+        if not isinstance(self.title, str) or not self.title.strip():
+            raise InvalidArgument(f"control {self.control_id}: title must be non-empty text")
+        if self.source is not None and (not isinstance(self.source, str) or not self.source):
+            raise InvalidArgument(f"control {self.control_id}: source must be non-empty text")
+
+    def to_document(self) -> dict[str, Any]:
+        """The entry as plain data (``source`` left out when absent)."""
+        out = {"title": self.title}
+        if self.source is not None:
+            out["source"] = self.source
         return out

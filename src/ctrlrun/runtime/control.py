@@ -132,7 +132,12 @@ class Control:
         entry = self.policy.entry(action.name)
         key = self._effect_key(action, entry, spec, started_at)
         evaluation = self.policy.evaluate(action)
-        verdict = Verdict(str(evaluation.decision), evaluation.label, self.policy.policy_hash)
+        verdict = Verdict(
+            str(evaluation.decision),
+            evaluation.label,
+            self.policy.policy_hash,
+            evaluation.controls,
+        )
         call = _Call(
             action, verdict, key, started_at, (proposed(action), evaluated(action, verdict, key))
         )
@@ -166,7 +171,8 @@ class Control:
             return template.render(action.plain_arguments, action.resource)  # reads only
         except EffectKeyError as exc:
             exc.action_id = action.action_id
-            verdict = Verdict("deny", "effect_key_error", self.policy.policy_hash)
+            cited = entry.controls if entry is not None else ()
+            verdict = Verdict("deny", "effect_key_error", self.policy.policy_hash, cited)
             call = _Call(action, verdict, None, now, (proposed(action),))
             self._refuse(call, exc, ReceiptResult.DENIED, _denied_event(call, exc))
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from ctrlrun._time import encode_receipt_instant
 from ctrlrun.canonical import new_id
@@ -15,11 +16,13 @@ from ctrlrun.store.codec import safe_text
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """What the policy decided, as receipts and events carry it."""
+    """What the policy decided, as receipts and events carry it; ``controls`` are the control
+    ids it was decided under (carried only when there are any)."""
 
     decision: str
     reason: str
     policy_hash: str
+    controls: tuple[str, ...] = ()
 
 
 def receipt_draft(
@@ -36,8 +39,9 @@ def receipt_draft(
     error: str | None = None,
 ) -> ReceiptDraft:
     """The receipt document, without the ``seq``/``prev_hash`` the store adds when chaining;
-    its canonical text is prepared in parts, with the action's own texts reused."""
-    fields = {
+    its canonical text is prepared in parts, with the action's own texts reused. It has a
+    ``controls`` key (sorted ids) only when the decision cited controls."""
+    fields: dict[str, Any] = {
         "schema": RECEIPT_SCHEMA,
         "receipt_id": new_id("rcp"),
         "action_id": action.action_id,
@@ -59,6 +63,8 @@ def receipt_draft(
         "started_at": _receipt_instant(started_at),
         "finished_at": _receipt_instant(finished_at),
     }
+    if verdict.controls:
+        fields["controls"] = list(verdict.controls)
     texts = {"arguments": action.arguments_text, "principal": action.principal.text}
     return ReceiptDraft(fields, texts)
 
@@ -100,7 +106,8 @@ def proposed(action: Action) -> EventDraft:
 
 
 def evaluated(action: Action, verdict: Verdict, effect_key: str | None) -> EventDraft:
-    """``POLICY_EVALUATED`` with the decision, its reason and the policy hash."""
+    """``POLICY_EVALUATED`` with the decision, its reason, the policy hash and (when any) the
+    controls it was decided under."""
     return EventDraft(
         EventType.POLICY_EVALUATED,
         action.action_id,
@@ -109,5 +116,6 @@ def evaluated(action: Action, verdict: Verdict, effect_key: str | None) -> Event
             "decision": verdict.decision,
             "reason": verdict.reason,
             "policy_hash": verdict.policy_hash,
+            **({"controls": list(verdict.controls)} if verdict.controls else {}),
         },
     )

@@ -2,8 +2,9 @@
 
 A hook is ``(effect_key) -> "committed" | "not_executed" | "unknown"``. It is consulted at most
 once per call, when an AMBIGUOUS record refuses a new reservation. ``committed`` and
-``not_executed`` resolve the record (to COMMITTED / FAILED) on the hook's word; ``unknown``, a
-hook that raises an ``Exception``, or any other answer changes nothing.
+``not_executed`` resolve the record (to COMMITTED / FAILED) on the hook's word — only the
+attempt that was AMBIGUOUS when the hook was asked; ``unknown``, a hook that raises an
+``Exception``, or any other answer changes nothing.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, Final, Literal
 
-from ctrlrun.errors import InvalidArgument
+from ctrlrun.errors import InvalidArgument, Refused
 from ctrlrun.kernel.action import Action
 from ctrlrun.kernel.effect import EffectState
 from ctrlrun.kernel.event import EventDraft, EventType
@@ -41,7 +42,14 @@ def ask(hook: Reconcile, effect_key: str) -> tuple[str, dict[str, Any]]:
 
 def reconcile_blocked(store: Any, action: Action, effect_key: str, hook: Reconcile) -> bool:
     """Consult ``hook`` about the AMBIGUOUS ``effect_key``; True iff the record was resolved
-    (or moved meanwhile), so that one more reservation attempt is worth making."""
+    (or moved meanwhile), so that one more reservation attempt is worth making.
+
+    The answer settles only the attempt that was AMBIGUOUS before the hook was asked: by the
+    time it answers, that attempt may have been resolved, the key re-reserved and a *new*
+    attempt left AMBIGUOUS, which the hook was never asked about and may have executed.
+    """
+    before = store.get_effect(effect_key)
+    asked = before.attempt if before is not None else None
     answer, detail = ask(hook, effect_key)
     events = (
         EventDraft(
@@ -61,8 +69,15 @@ def reconcile_blocked(store: Any, action: Action, effect_key: str, hook: Reconci
     target = _TARGETS.get(answer)
     if target is None:
         return False
+    if asked is None:
+        return True  # nothing was AMBIGUOUS to settle: the record went away or never was
     try:
-        store.resolve_effect(effect_key, target, f"reconcile:{action.name}", by="reconcile")
-    except InvalidArgument:
+        store.resolve_effect(
+            effect_key, target, f"reconcile:{action.name}", by="reconcile", attempt=asked
+        )
+    except (InvalidArgument, Refused):
+        # Moved meanwhile (resolved by another reconciler or a person, or re-reserved): the
+        # caller asks the store once more and gets its verdict, with a receipt, like any call.
+        # On Postgres two resolutions can both read AMBIGUOUS; the loser is a Refused.
         log.info("ctrlrun: %s moved before the reconcile answer could be applied", effect_key)
     return True

@@ -139,10 +139,17 @@ class StateStore(Protocol):
         ...
 
     def resolve_effect(
-        self, effect_key: str, state: EffectState, resolver: str, *, by: str = "human"
+        self,
+        effect_key: str,
+        state: EffectState,
+        resolver: str,
+        *,
+        by: str = "human",
+        attempt: int | None = None,
     ) -> EffectRecord:
         """A verdict on an AMBIGUOUS record: COMMITTED or FAILED. ``by`` is ``human`` or
-        ``reconcile``; ``resolver`` (who) is kept on the record."""
+        ``reconcile``; ``resolver`` (who) is kept on the record. With ``attempt``, the verdict
+        applies only while the record is still that attempt (else ``InvalidArgument``)."""
         ...
 
     def get_effect(self, effect_key: str) -> EffectRecord | None:

@@ -397,7 +397,13 @@ class SQLiteStateStore(StoreReads):
         return record
 
     def resolve_effect(
-        self, effect_key: str, state: EffectState, resolver: str, *, by: str = "human"
+        self,
+        effect_key: str,
+        state: EffectState,
+        resolver: str,
+        *,
+        by: str = "human",
+        attempt: int | None = None,
     ) -> EffectRecord:
         """See ``StateStore.resolve_effect``."""
         record: EffectRecord = self._in_txn(
@@ -406,6 +412,7 @@ class SQLiteStateStore(StoreReads):
             target=EffectState(state),
             resolver=resolver,
             by=by,
+            attempt=attempt,
         )
         return record
 

@@ -69,6 +69,33 @@ def only_to_terminal(ctx: CaseContext) -> str:
     return "3 illegal targets refused; committed and failed stored; failed renewable"
 
 
+def only_that_attempt(ctx: CaseContext) -> str:
+    """A verdict bound to an attempt (``attempt=n``) settles only that attempt: once attempt 1
+    was resolved and attempt 2 left AMBIGUOUS, a verdict for attempt 1 is refused
+    (``InvalidArgument``) and changes nothing; one for attempt 2 resolves it."""
+    store = ctx.scratch.open()
+    key = ctx.key()
+    settle(store, key, ctx.action("first"), EffectState.AMBIGUOUS)
+    store.resolve_effect(key, EffectState.FAILED, RESOLVER, attempt=1)
+    settle(store, key, ctx.action("second"), EffectState.AMBIGUOUS)
+    expect_refusal(
+        "resolve attempt 2 with a verdict about attempt 1",
+        partial(store.resolve_effect, key, EffectState.FAILED, RESOLVER, attempt=1),
+        InvalidArgument,
+    )
+    after = store.get_effect(key)
+    check(
+        after is not None and (after.state, after.attempt) == (EffectState.AMBIGUOUS, 2),
+        f"a stale verdict moved attempt 2: {after}",
+    )
+    resolved = store.resolve_effect(key, EffectState.COMMITTED, RESOLVER, attempt=2)
+    check(
+        (resolved.state, resolved.attempt) == (EffectState.COMMITTED, 2),
+        f"control: attempt 2 resolved to {resolved.state} at attempt {resolved.attempt}",
+    )
+    return "a verdict for attempt 1 refused on attempt 2; attempt 2's own verdict resolved"
+
+
 def resolver_recorded(ctx: CaseContext) -> str:
     """``resolved_by`` is returned, stored and evented (``EFFECT_RESOLVED`` naming the
     resolver and ``by``); an unresolved record has none; a renewal clears it."""
@@ -108,5 +135,6 @@ def resolver_recorded(ctx: CaseContext) -> str:
 CASES: Final = (
     Case.of("resolution", "only-ambiguous", only_ambiguous),
     Case.of("resolution", "only-to-committed-or-failed", only_to_terminal),
+    Case.of("resolution", "only-that-attempt", only_that_attempt),
     Case.of("resolution", "resolver-recorded", resolver_recorded),
 )

@@ -260,14 +260,22 @@ def begin_execution_in_txn(
 
 
 def resolve_effect_in_txn(
-    txn: Txn, *, effect_key: str, target: EffectState, resolver: str, by: str
+    txn: Txn,
+    *,
+    effect_key: str,
+    target: EffectState,
+    resolver: str,
+    by: str,
+    attempt: int | None = None,
 ) -> EffectRecord:
     """Move an AMBIGUOUS record to ``target`` on a human's or a hook's word.
 
     ``by`` is ``"human"`` or ``"reconcile"``; ``resolver`` is who, and is kept on the record.
+    With ``attempt``, only that attempt is settled (``InvalidArgument`` if the record is another
+    one); the conditional UPDATE keeps that check atomic with the move.
     """
     record = get_effect_in_txn(txn, effect_key)
-    refusal = plan_resolution(record, effect_key=effect_key, target=target)
+    refusal = plan_resolution(record, effect_key=effect_key, target=target, attempt=attempt)
     if refusal is not None:
         raise refusal
     assert record is not None

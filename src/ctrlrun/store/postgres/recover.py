@@ -77,6 +77,8 @@ class Recovery:
             row = txn.one(evidence.read_query, evidence.read_params)
             verdict = evidence.judge(row)
             found = None
+            if verdict is Verdict.OTHER and _corroborated(txn, evidence.corroboration):
+                verdict = Verdict.LANDED  # the row moved on after our COMMIT; the receipt says so
             if verdict is Verdict.OTHER:
                 found = refusal(evidence, row, txn.now, txn.read_ts)
         except psycopg.Error as exc:
@@ -104,3 +106,11 @@ class Recovery:
             },
         )
         return verdict, found
+
+
+def _corroborated(txn: PgTxn, receipt: Evidence | None) -> bool:
+    """True when the receipt this transaction wrote is in the store exactly as written: the
+    transaction is atomic, so it committed, whatever became of its effect row since."""
+    if receipt is None:
+        return False
+    return receipt.judge(txn.one(receipt.read_query, receipt.read_params)) is Verdict.LANDED

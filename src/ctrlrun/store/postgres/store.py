@@ -192,13 +192,24 @@ class PostgresStateStore(StoreReads):
         )
 
     def resolve_effect(
-        self, effect_key: str, state: EffectState, resolver: str, *, by: str = "human"
+        self,
+        effect_key: str,
+        state: EffectState,
+        resolver: str,
+        *,
+        by: str = "human",
+        attempt: int | None = None,
     ) -> EffectRecord:
         """See ``StateStore.resolve_effect``."""
         target = EffectState(state)
         return self._engine.write(
             lambda txn: resolve_effect_in_txn(
-                txn, effect_key=effect_key, target=target, resolver=resolver, by=by
+                txn,
+                effect_key=effect_key,
+                target=target,
+                resolver=resolver,
+                by=by,
+                attempt=attempt,
             ),
             operation="resolve_effect",
         )

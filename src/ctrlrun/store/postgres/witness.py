@@ -13,6 +13,11 @@ compares what the re-read found with what was written, column for column:
 * anything else → ``OTHER`` (``A1_REFUSE`` / ``A2_REFUSE``): ``refusal`` asks the same planner
   the write obeyed, and a plan that would grant is refused as in progress, never retried.
 
+A row can move on after our COMMIT landed and before the re-read (an outcome written FAILED
+is renewed by a rival, an AMBIGUOUS one resolved). So a transaction that also wrote a receipt
+carries it as ``corroboration``: a receipt row is never changed once written, and if it is
+exactly ours the transaction committed (``LANDED``), whatever became of the effect row.
+
 An effect row is ours only if it carries this transaction's random ``write_token`` as well as
 every column we wrote: the action_id alone proves nothing, since two attempts can share one.
 This module is pure: no driver, no I/O.
@@ -21,7 +26,7 @@ This module is pure: no driver, no I/O.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Final
@@ -94,6 +99,7 @@ class Evidence:
     read_params: Params
     first: Write
     last: Write
+    corroboration: Evidence | None = None  # the receipt the same transaction wrote, if any
 
     @property
     def family(self) -> str:
@@ -134,13 +140,20 @@ class Witness:
         """The row that settles this transaction, or None if it wrote none. Its first and
         last writes are both to that one row (a claim that reclaimed several messages is
         settled by the first of them)."""
-        for kind, queries, read_query, key in _PRIORITY:
-            writes = [w for w in self.writes if w.query in queries]
-            if writes:
-                first = writes[0]
-                same_row = [w for w in writes if w.params[key] == first.params[key]]
-                return Evidence(kind, read_query, {key: first.params[key]}, first, same_row[-1])
-        return None
+        found = [self._of(*entry) for entry in _PRIORITY]
+        chosen = next((e for e in found if e is not None), None)
+        receipt = found[-1]
+        if chosen is None or receipt is None or chosen is receipt:
+            return chosen
+        return replace(chosen, corroboration=receipt)
+
+    def _of(self, kind: str, queries: frozenset[str], read_query: str, key: str) -> Evidence | None:
+        writes = [w for w in self.writes if w.query in queries]
+        if not writes:
+            return None
+        first = writes[0]
+        same_row = [w for w in writes if w.params[key] == first.params[key]]
+        return Evidence(kind, read_query, {key: first.params[key]}, first, same_row[-1])
 
 
 _PRIORITY: Final = (

@@ -12,9 +12,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import json.encoder
+import os
 import secrets
+import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from json.encoder import encode_basestring
 from typing import Any, Final
 
 from ctrlrun.errors import InvalidArgument
@@ -23,6 +27,22 @@ GENESIS_HASH: Final = "sha256:" + "00" * 32
 
 _ENCODER: Final = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+
+
+def _unencodable(value: Any) -> Any:
+    raise TypeError(f"{type(value).__name__} is not plain JSON data")
+
+
+# ``JSONEncoder.encode`` builds a new C encoder on every call; the hot path encodes several
+# documents per protected call, so one is built once here, with the same settings. No cycle
+# markers: a plain value is a tree (``plain`` builds fresh ones; ``is_plain`` would not return
+# on a cycle).
+_make_encoder = getattr(json.encoder, "c_make_encoder", None)  # untyped in the stubs
+_C_ENCODER: Final[Callable[[Any, int], list[str]] | None] = (
+    _make_encoder(None, _unencodable, encode_basestring, None, ":", ",", True, False, False)
+    if _make_encoder is not None
+    else None
 )
 
 
@@ -78,9 +98,27 @@ def plain(value: Any, path: str = "$") -> Any:
     raise InvalidArgument(f"{path}: {type(value).__name__} has no canonical JSON form", path=path)
 
 
+def plain_text(value: Any) -> str:
+    """The canonical JSON text of ``value``, which the caller guarantees is plain already
+    (``is_plain`` holds, or it was built from plain parts): no validating walk.
+
+    Exactly ``canonical_text(value)`` for such a value. Text holding a lone surrogate comes
+    back as is; encoding it to UTF-8 fails (``canonical_bytes`` reports it).
+    """
+    if _C_ENCODER is not None:
+        return "".join(_C_ENCODER(value, 0))
+    return _ENCODER.encode(value)  # pragma: no cover - CPython always has the C encoder
+
+
+# The canonical JSON text of one ``str``: quoted, only ``"``, ``\\`` and control characters
+# escaped (what ``canonical_text`` writes for it inside any document). The C function itself,
+# not a wrapper: it is called once per string field of every receipt.
+string_text: Final[Callable[[str], str]] = encode_basestring
+
+
 def _encode(value: Any, path: str = "$") -> bytes:
     try:
-        return _ENCODER.encode(value if is_plain(value) else plain(value, path)).encode("utf-8")
+        return plain_text(value if is_plain(value) else plain(value, path)).encode("utf-8")
     except UnicodeEncodeError:
         raise InvalidArgument(
             f"{_surrogate_path(value, path)}: text is not valid Unicode (lone surrogate)"
@@ -130,7 +168,36 @@ def digest(value: Any) -> str:
 
 def new_id(prefix: str) -> str:
     """A fresh identifier: ``<prefix>_`` and 32 lowercase hex digits (128 random bits)."""
-    return f"{prefix}_{secrets.token_hex(16)}"
+    return f"{prefix}_{random_hex32()}"
+
+
+# Identifiers draw on the OS's CSPRNG (os.urandom) 4 KiB at a time instead of 16 bytes per
+# id: a protected call mints two ids, and a getrandom() system call each was ~5% of the
+# call. Each thread has its own pool; a fork makes every pool of the parent stale (counted
+# in the child, like the stores' connections), so a child never reuses its parent's bytes.
+_POOL_BYTES: Final = 4096
+_pools = threading.local()
+_forks = [0]  # a cell, so the fork hook updates it in place
+
+
+def _forked() -> None:
+    _forks[0] += 1
+
+
+if hasattr(os, "register_at_fork"):  # pragma: no branch - every POSIX CPython has it
+    os.register_at_fork(after_in_child=_forked)
+
+
+def random_hex32() -> str:
+    """32 lowercase hex digits (128 bits) from the OS's CSPRNG, never handed out twice."""
+    pool = _pools
+    text: str | None = getattr(pool, "text", None)
+    start: int = getattr(pool, "next", 0)
+    if text is None or start >= len(text) or pool.forks != _forks[0]:
+        text, start = secrets.token_bytes(_POOL_BYTES).hex(), 0
+        pool.text, pool.forks = text, _forks[0]
+    pool.next = start + 32
+    return text[start : start + 32]
 
 
 def derived_uuid(document: Any) -> str:

@@ -11,9 +11,17 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Final
 
-from ctrlrun.canonical import canonical_bytes, canonical_text, new_id, sha256_hex
+from ctrlrun.canonical import (
+    canonical_bytes,
+    canonical_text,
+    new_id,
+    plain_text,
+    sha256_hex,
+    string_text,
+)
 from ctrlrun.errors import InvalidArgument
 
 ACTION_SCHEMA: Final = "ctrlrun.action/v1"
@@ -21,6 +29,7 @@ DEFAULT_ENVIRONMENT: Final = "production"
 
 _NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*(\.[A-Za-z_][A-Za-z0-9_-]*)*\Z")
 _ID: Final = re.compile(r"[A-Za-z0-9_.:-]{1,128}\Z")
+_SCHEMA_TAIL: Final = f',"schema":{string_text(ACTION_SCHEMA)}}}'
 
 
 def check_action_name(name: object) -> str:
@@ -55,6 +64,46 @@ class Principal:
         """The principal as it appears in the canonical form and on receipts."""
         return {"agent": self.agent, "user": self.user}
 
+    @property
+    def text(self) -> str:
+        """``to_dict()`` as canonical JSON text (not UTF-8 checked: the action's bytes are)."""
+        return _principal_text(self.agent, self.user)
+
+
+_SCALARS: Final = frozenset({str, int, bool, type(None)})
+
+
+def _flat_copy(arguments: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A private copy of arguments that are a ``dict`` of ``str`` keys and scalar values of
+    exact plain types (the common case), in canonical key order — what parsing their
+    canonical text back would give, without the parse; None for anything else."""
+    if type(arguments) is not dict:
+        return None
+    for key, value in arguments.items():
+        if type(key) is not str or type(value) not in _SCALARS:
+            return None
+    return dict(sorted(arguments.items()))
+
+
+@lru_cache(maxsize=1024)
+def _principal_text(agent: str, user: str | None) -> str:
+    return plain_text({"agent": agent, "user": user})
+
+
+@lru_cache(maxsize=1024)
+def _document_tail(environment: str, name: str, principal: Principal, resource: str | None) -> str:
+    """The canonical text of an action document after its arguments: every other key sorts
+    after ``arguments``, and these few values repeat from call to call, so they are encoded
+    once per combination instead of once per call."""
+    rest = {
+        "environment": environment,
+        "name": name,
+        "principal": principal.to_dict(),
+        "resource": resource,
+        "schema": ACTION_SCHEMA,
+    }
+    return plain_text(rest)[1:]
+
 
 class Action:
     """A proposed consequential call. Immutable; arguments are validated and copied at creation.
@@ -67,7 +116,9 @@ class Action:
         "_args",
         "_args_text",
         "_canonical",
+        "_flat",
         "_hash",
+        "_text",
         "action_id",
         "environment",
         "name",
@@ -101,16 +152,18 @@ class Action:
         # One validating encode; the private copy is parsed back from it, so the caller's
         # objects are never shared and every later encode works on known-plain data.
         self._args_text = canonical_text(arguments, "arguments")
-        self._args: dict[str, Any] = json.loads(self._args_text)
-        document = {
-            "arguments": self._args,
-            "environment": self.environment,
-            "name": self.name,
-            "principal": principal.to_dict(),
-            "resource": self.resource,
-            "schema": ACTION_SCHEMA,
-        }
-        self._canonical = canonical_bytes(document)
+        flat = _flat_copy(arguments)
+        self._flat = flat is not None
+        self._args: dict[str, Any] = json.loads(self._args_text) if flat is None else flat
+        # The document's canonical text, composed: the arguments are already canonical text
+        # and every other key sorts after "arguments" (tests/unit/test_pinned_bytes.py).
+        tail = _document_tail(self.environment, self.name, principal, self.resource)
+        self._text = '{"arguments":' + self._args_text + "," + tail
+        try:
+            self._canonical = self._text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: the validating encoder names where
+            canonical_bytes(json.loads(self._text))
+            raise  # pragma: no cover - canonical_bytes raised InvalidArgument
         self._hash = sha256_hex(self._canonical)
 
     @property
@@ -126,9 +179,23 @@ class Action:
     @property
     def arguments(self) -> dict[str, Any]:
         """A fresh, plain copy of the canonical arguments (mutating it changes nothing)."""
+        if self._flat:  # only immutable values: a shallow copy is a whole one
+            return dict(self._args)
         return json.loads(self._args_text)  # type: ignore[no-any-return]
 
     canonical_arguments = arguments
+
+    @property
+    def arguments_text(self) -> str:
+        """The canonical JSON text of the arguments."""
+        return self._args_text
+
+    @property
+    def stored_text(self) -> str:
+        """``canonical_text(self.to_dict())``, composed from the canonical form: ``action_id``
+        sorts first and ``schema`` last, which ``to_dict`` leaves out."""
+        body = self._text[1 : -len(_SCHEMA_TAIL)]
+        return '{"action_id":' + string_text(self.action_id) + "," + body + "}"
 
     @property
     def plain_arguments(self) -> dict[str, Any]:

@@ -10,12 +10,13 @@ names every break by kind and seq. The chain proves non-alteration, not authorsh
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import lru_cache
 from typing import Any, Final, NamedTuple
 
-from ctrlrun.canonical import GENESIS_HASH, canonical_text, sha256_hex
+from ctrlrun.canonical import GENESIS_HASH, canonical_text, sha256_hex, string_text
 
 RECEIPT_SCHEMA: Final = "ctrlrun.receipt/v1"
 
@@ -95,12 +96,105 @@ Receipt = StoredReceipt
 """A receipt is read and returned exactly as stored."""
 
 
+_LINK_KEYS: Final = ("prev_hash", "seq")
+
+
+class ReceiptDraft(Mapping[str, Any]):
+    """A receipt document (without ``seq``/``prev_hash``) whose canonical text is prepared in
+    three parts around the two values only the chain knows, so linking it under the head's
+    lock costs two string joins instead of a validating encode of the whole document.
+
+    ``texts`` gives the canonical JSON text of a value already known as text (the action's
+    arguments and principal); every other value must be a ``str``, an ``int``, ``None`` or
+    plain data. Read-only, so the parts cannot drift from the values.
+    """
+
+    __slots__ = ("_fields", "_parts")
+
+    def __init__(self, fields: dict[str, Any], texts: Mapping[str, str]) -> None:
+        self._fields = fields
+        self._parts: tuple[str, str, str] | None = None
+        layout = _layout(tuple(fields))
+        if layout is None:
+            return  # linking replaces a key it holds: leave it to the validating path
+        self._parts = tuple(  # type: ignore[assignment]
+            ",".join(
+                [
+                    prefix
+                    + (_value_text(fields[key]) if (text := texts.get(key)) is None else text)
+                    for key, prefix in segment
+                ]
+            )
+            for segment in layout
+        )
+
+    def __getitem__(self, key: str) -> Any:
+        return self._fields[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._fields)
+
+    def __len__(self) -> int:
+        return len(self._fields)
+
+    def linked_text(self, seq: int, prev_hash: str) -> str | None:
+        """The canonical text of the document with ``seq`` and ``prev_hash``, or None when it
+        cannot be composed (then ``chain_receipt`` encodes the whole document)."""
+        if self._parts is None:
+            return None
+        before, between, after = self._parts
+        link = f'"prev_hash":{string_text(prev_hash)}'
+        return "{" + _join(before, link, between, f'"seq":{seq}', after) + "}"
+
+
+Layout = tuple[tuple[tuple[str, str], ...], ...]
+
+
+@lru_cache(maxsize=64)
+def _layout(keys: tuple[str, ...]) -> Layout | None:
+    """For a draft's keys: the keys (with their encoded ``"key":`` prefix) in canonical order,
+    in three segments around ``prev_hash`` and ``seq``; None if the draft holds either. Drafts
+    of one kind share their keys, so this is computed once per kind."""
+    if _LINK_KEYS[0] in keys or _LINK_KEYS[1] in keys:
+        return None
+    segments: list[list[tuple[str, str]]] = [[]]
+    for key in sorted((*keys, *_LINK_KEYS)):
+        if key in _LINK_KEYS:
+            segments.append([])
+        else:
+            segments[-1].append((key, string_text(key) + ":"))
+    return tuple(tuple(segment) for segment in segments)
+
+
+def _join(*parts: str) -> str:
+    return ",".join(part for part in parts if part)
+
+
+def _value_text(value: Any) -> str:
+    kind = type(value)
+    if kind is str:
+        return string_text(value)
+    if value is None:
+        return "null"
+    if kind is int:
+        return int.__repr__(value)
+    return canonical_text(value)  # validates anything else (a float is refused here)
+
+
 def chain_receipt(draft: Mapping[str, Any], head: ChainHead) -> tuple[int, str, str]:
     """Link ``draft`` after ``head``: returns ``(seq, text, hash)`` to store.
 
     ``draft`` is the receipt document without ``seq``/``prev_hash``; it must be canonical JSON.
+    A ``ReceiptDraft`` is composed from its prepared parts (the same bytes).
     """
     seq = head.seq + 1
+    if isinstance(draft, ReceiptDraft):
+        text = draft.linked_text(seq, head.hash)
+        if text is not None:
+            try:
+                return seq, text, sha256_hex(text.encode("utf-8"))
+            except UnicodeEncodeError:
+                pass  # a lone surrogate: the validating path below names where
     document = {**draft, "seq": seq, "prev_hash": head.hash}
     text = canonical_text(document)
     return seq, text, sha256_hex(text.encode("utf-8"))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 
 from ctrlrun.errors import InvalidArgument
 from ctrlrun.kernel.action import Principal
@@ -52,15 +52,17 @@ def current_approval() -> str | None:
     return _approval.get()
 
 
-@contextmanager
-def executor_scope(effect_key: str | None, attempt: int | None) -> Iterator[None]:
-    """While the executor runs: the reservation it holds, if any (the token is derived lazily)."""
+def hold(effect_key: str | None, attempt: int | None) -> Token[tuple[str, int] | None]:
+    """While the executor runs: the reservation it holds, if any (the idempotency token is
+    derived lazily); ``release`` the returned token after. A pair of calls rather than a
+    context manager: this is on every protected call's hot path."""
     held = (effect_key, attempt) if effect_key is not None and attempt is not None else None
-    reset = _holding.set(held)
-    try:
-        yield
-    finally:
-        _holding.reset(reset)
+    return _holding.set(held)
+
+
+def release(token: Token[tuple[str, int] | None]) -> None:
+    """Leave the executor scope ``hold`` entered."""
+    _holding.reset(token)
 
 
 def idempotency_token() -> str:

@@ -33,9 +33,9 @@ from ctrlrun.kernel.approval import DEFAULT_APPROVAL_TTL, ApprovalRequestDraft
 from ctrlrun.kernel.effect import DEFAULT_LEASE, EffectState
 from ctrlrun.kernel.event import EventDraft, EventType
 from ctrlrun.kernel.policy import ActionPolicy, Decision, Policy
-from ctrlrun.kernel.receipt import Receipt, ReceiptResult
+from ctrlrun.kernel.receipt import Receipt, ReceiptDraft, ReceiptResult
 from ctrlrun.kernel.template import Template
-from ctrlrun.runtime.context import current_approval, executor_scope
+from ctrlrun.runtime.context import current_approval, hold, release
 from ctrlrun.runtime.receipts import Verdict, describe, evaluated, proposed, receipt_draft
 from ctrlrun.runtime.reconcile import Reconcile, reconcile_blocked
 from ctrlrun.runtime.sinks import Sink, emit
@@ -168,7 +168,7 @@ class Control:
         if template is None:
             return None
         try:
-            return template.render(action.arguments, action.resource)
+            return template.render(action.plain_arguments, action.resource)  # reads only
         except EffectKeyError as exc:
             exc.action_id = action.action_id
             cited = entry.controls if entry is not None else ()
@@ -262,8 +262,11 @@ class Control:
         reservation = started.reservation
         attempt = reservation.attempt if reservation is not None else None
         try:
-            with executor_scope(call.effect_key, attempt):
+            token = hold(call.effect_key, attempt)
+            try:
                 value = executor(**call.action.canonical_arguments)
+            finally:
+                release(token)
         except NotExecuted as exc:
             self._finish(call, started, EffectState.FAILED, None, exc)
             raise
@@ -355,7 +358,7 @@ class Control:
         result: ReceiptResult,
         error: str | None,
         attempt: int | None,
-    ) -> dict[str, Any]:
+    ) -> ReceiptDraft:
         approval = started.approval
         return receipt_draft(
             call.action,

@@ -75,7 +75,8 @@ def protect(
         check_positive(lease, "lease")
 
     def decorate(fn: Callable[P, R]) -> Callable[P, R]:
-        signature = _check_signature(name, fn, effect_t, resource_t)
+        bind = _binder(_check_signature(name, fn, effect_t, resource_t))
+        spec = CallSpec(effect=effect_t, lease=lease, reconcile=reconcile)  # the same per call
 
         @functools.wraps(fn)
         def protected(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -86,16 +87,13 @@ def protect(
                     f"{name}: no principal (call it inside ctrlrun.context(agent=...))",
                     reason=DenyReason.NO_PRINCIPAL,
                 )
-            bound = signature.bind(*args, **kwargs)
-            bound.apply_defaults()
-            arguments = dict(bound.arguments)
+            arguments = bind(args, kwargs)
             ctl = control or default_control()
             entry = ctl.policy.entry(name)
             template = resource_t or (entry.resource if entry is not None else None)
             action = Action(
                 name, arguments, principal, resource=_render_resource(template, arguments)
             )
-            spec = CallSpec(effect=effect_t, lease=lease, reconcile=reconcile)
             value, _ = ctl.run(action, fn, spec)
             return value  # type: ignore[no-any-return]
 
@@ -130,6 +128,43 @@ def _check_signature(
                     f" a parameter of {fn.__qualname__}"
                 )
     return signature
+
+
+def _binder(
+    signature: inspect.Signature,
+) -> Callable[[tuple[Any, ...], dict[str, Any]], dict[str, Any]]:
+    """``signature.bind`` with defaults applied, as a plain dict; the common shapes (positional
+    then keyword, every name known, nothing missing without a default) without building a
+    ``BoundArguments``. Anything else goes to ``signature.bind``, which raises its TypeError."""
+    parameters = signature.parameters.values()
+    positional = tuple(p.name for p in parameters if p.kind is p.POSITIONAL_OR_KEYWORD)
+    known = frozenset(signature.parameters)
+    defaults = tuple((p.name, p.default) for p in parameters if p.default is not p.empty)
+    required = len(known) - len(defaults)
+
+    def slow(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        # Every shape the fast path declines is one bind refuses; if that ever changed, the
+        # answer is still bind's.
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()  # pragma: no cover - unreachable while the above holds
+        return dict(bound.arguments)  # pragma: no cover
+
+    def bind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        if len(args) > len(positional):
+            return slow(args, kwargs)
+        arguments = dict(zip(positional, args, strict=False))
+        for key, value in kwargs.items():
+            if key in arguments or key not in known:
+                return slow(args, kwargs)
+            arguments[key] = value
+        if len(arguments) < required:
+            return slow(args, kwargs)  # maybe missing a required one: bind says which
+        for key, value in defaults:
+            if key not in arguments:
+                arguments[key] = value
+        return arguments if len(arguments) == len(known) else slow(args, kwargs)
+
+    return bind
 
 
 def _render_resource(template: Template | None, arguments: dict[str, Any]) -> str | None:

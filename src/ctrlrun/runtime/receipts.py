@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from ctrlrun._time import encode_receipt_instant
 from ctrlrun.canonical import new_id
 from ctrlrun.kernel.action import Action
 from ctrlrun.kernel.event import EventDraft, EventType
-from ctrlrun.kernel.receipt import RECEIPT_SCHEMA, ReceiptResult
+from ctrlrun.kernel.receipt import RECEIPT_SCHEMA, ReceiptDraft, ReceiptResult
 from ctrlrun.store.codec import safe_text
 
 
@@ -37,10 +37,11 @@ def receipt_draft(
     approval_id: str | None = None,
     approver: str | None = None,
     error: str | None = None,
-) -> dict[str, Any]:
-    """The receipt document, without the ``seq``/``prev_hash`` the store adds when chaining.
-    It has a ``controls`` key (sorted ids) only when the decision cited controls."""
-    document: dict[str, Any] = {
+) -> ReceiptDraft:
+    """The receipt document, without the ``seq``/``prev_hash`` the store adds when chaining;
+    its canonical text is prepared in parts, with the action's own texts reused. It has a
+    ``controls`` key (sorted ids) only when the decision cited controls."""
+    fields: dict[str, Any] = {
         "schema": RECEIPT_SCHEMA,
         "receipt_id": new_id("rcp"),
         "action_id": action.action_id,
@@ -59,12 +60,21 @@ def receipt_draft(
         "attempt": attempt,
         "result": str(result),
         "error": None if error is None else safe_text(error),
-        "started_at": encode_receipt_instant(started_at),
-        "finished_at": encode_receipt_instant(finished_at),
+        "started_at": _receipt_instant(started_at),
+        "finished_at": _receipt_instant(finished_at),
     }
     if verdict.controls:
-        document["controls"] = list(verdict.controls)
-    return document
+        fields["controls"] = list(verdict.controls)
+    texts = {"arguments": action.arguments_text, "principal": action.principal.text}
+    return ReceiptDraft(fields, texts)
+
+
+def _receipt_instant(value: datetime) -> str:
+    """``encode_receipt_instant``, without its conversions for an instant already in UTC
+    (every clock's reading is): ISO-8601 with milliseconds and ``Z``."""
+    if value.tzinfo is UTC:
+        return value.isoformat(timespec="milliseconds")[:-6] + "Z"  # drop "+00:00"
+    return encode_receipt_instant(value)
 
 
 def describe(exc: BaseException) -> str:
@@ -82,7 +92,14 @@ def proposed(action: Action) -> EventDraft:
         EventType.ACTION_PROPOSED,
         action.action_id,
         data={
-            "action": {**action.to_dict(), "arguments": action.plain_arguments},
+            "action": {
+                "action_id": action.action_id,
+                "arguments": action.plain_arguments,  # encoded at once, never mutated
+                "environment": action.environment,
+                "name": action.name,
+                "principal": action.principal.to_dict(),
+                "resource": action.resource,
+            },
             "action_hash": action.action_hash,
         },
     )

@@ -13,8 +13,7 @@ import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -43,14 +42,48 @@ T = TypeVar("T")
 DURABILITY: Final = {"full": "FULL", "normal": "NORMAL"}
 DEFAULT_BUSY_TIMEOUT: Final = 30.0
 
+# A connection must never cross a fork. Counting forks in the child (instead of comparing
+# os.getpid() on every transaction, a system call each time) tells a thread's connection
+# made before the fork from one made after.
+_forks = [0]  # a cell, so the fork hook updates it in place
+
+
+def _forked() -> None:
+    _forks[0] += 1
+
+
+if hasattr(os, "register_at_fork"):  # pragma: no branch - every POSIX CPython has it
+    os.register_at_fork(after_in_child=_forked)
+
+
+def _instant_text(value: datetime) -> str:
+    """``encode_instant``, without its conversions for an instant already in UTC (every
+    clock's reading on the hot path is): ISO-8601 with microseconds and ``Z``."""
+    if value.tzinfo is UTC:
+        return value.isoformat(timespec="microseconds")[:-6] + "Z"  # drop "+00:00"
+    return encode_instant(value)
+
 
 class _Txn:
-    """A ``Txn`` over one sqlite3 connection inside ``BEGIN IMMEDIATE``."""
+    """A ``Txn`` over one sqlite3 connection inside ``BEGIN IMMEDIATE``.
 
-    __slots__ = ("_conn", "_queries", "now")
+    Writes go through the thread's one cursor (``cursor``), reused across transactions: a
+    write's result is only its row count, and a new cursor per statement is an allocation
+    per statement. Reads take their own cursor, so a pending row never holds the writer's.
+    """
 
-    def __init__(self, conn: sqlite3.Connection, queries: Mapping[str, str], now: datetime) -> None:
+    __slots__ = ("_conn", "_cur", "_now_text", "_queries", "now")
+
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        queries: Mapping[str, str],
+        now: datetime,
+        cursor: sqlite3.Cursor | None = None,
+    ) -> None:
         self._conn, self._queries, self.now = conn, queries, now
+        self._cur = cursor or conn.cursor()
+        self._now_text: str | None = None
 
     def one(self, query: str, params: Mapping[str, Any]) -> sqlite3.Row | None:
         row: sqlite3.Row | None = self._conn.execute(self._queries[query], params).fetchone()
@@ -60,16 +93,22 @@ class _Txn:
         return self._conn.execute(self._queries[query], params).fetchall()
 
     def run(self, query: str, params: Mapping[str, Any]) -> int:
-        return self._conn.execute(self._queries[query], params).rowcount
+        return self._cur.execute(self._queries[query], params).rowcount
 
     def run_many(self, query: str, params: Sequence[Mapping[str, Any]]) -> None:
-        self._conn.executemany(self._queries[query], params)
+        self._cur.executemany(self._queries[query], params)
 
     def run_later(self, query: str, params: Mapping[str, Any]) -> None:
-        self._conn.execute(self._queries[query], params)  # in-process: nothing to save
+        self._cur.execute(self._queries[query], params)  # in-process: nothing to save
 
     def ts(self, value: datetime | None) -> str | None:
-        return None if value is None else encode_instant(value)
+        if value is None:
+            return None
+        if value is self.now:  # stamped several times per transaction: encode it once
+            if self._now_text is None:
+                self._now_text = _instant_text(value)
+            return self._now_text
+        return _instant_text(value)
 
     def read_ts(self, value: Any) -> datetime:
         return decode_instant(value)
@@ -147,16 +186,20 @@ class SQLiteStateStore(StoreReads):
     # --- connections ----------------------------------------------------------------------
 
     def _connection(self) -> sqlite3.Connection:
+        return self._thread_handles()[0]
+
+    def _thread_handles(self) -> tuple[sqlite3.Connection, sqlite3.Cursor]:
+        """This thread's connection and its write cursor, made after the latest fork."""
         local = self._local
-        pid = os.getpid()
-        conn: sqlite3.Connection | None = getattr(local, "conn", None)
-        if conn is not None and local.pid == pid:
-            return conn
+        handles: tuple[sqlite3.Connection, sqlite3.Cursor] | None = getattr(local, "handles", None)
+        if handles is not None and local.forks == _forks[0]:
+            return handles
         conn = self._connect()
-        local.conn, local.pid = conn, pid
+        handles = (conn, conn.cursor())
+        local.handles, local.forks = handles, _forks[0]
         with self._lock:
             self._connections.append(conn)
-        return conn
+        return handles
 
     def _connect(self) -> sqlite3.Connection:
         if self._read_only:
@@ -202,25 +245,6 @@ class SQLiteStateStore(StoreReads):
         except sqlite3.Error as exc:
             raise StoreError(f"SQLite store {self.path}: {exc}") from exc
 
-    @contextmanager
-    def _write(self) -> Iterator[_Txn]:
-        conn = self._connection()
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            raise StoreError(f"SQLite store {self.path}: {exc}") from exc
-        txn = _Txn(conn, self._queries, self._clock())
-        try:
-            yield txn
-        except KeptRefusal as kept:
-            self._commit(conn)
-            raise kept.refusal from None
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        self._commit(conn)
-
     def _commit(self, conn: sqlite3.Connection) -> None:
         try:
             conn.execute("COMMIT")
@@ -231,9 +255,26 @@ class SQLiteStateStore(StoreReads):
         self._write_count = next(self._writes) + 1
 
     def _in_txn(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """``fn(txn, ...)`` inside ``BEGIN IMMEDIATE``; commit, or roll back and raise.
+
+        ``KeptRefusal`` commits and raises its refusal; driver errors become ``StoreError``.
+        (Written out rather than as a context manager: this is every write's hot path.)
+        """
         try:
-            with self._write() as txn:
-                return fn(txn, *args, **kwargs)
+            conn, cursor = self._thread_handles()
+            cursor.execute("BEGIN IMMEDIATE")
+            txn = _Txn(conn, self._queries, self._clock(), cursor)
+            try:
+                result = fn(txn, *args, **kwargs)
+            except KeptRefusal as kept:
+                self._commit(conn)
+                raise kept.refusal from None
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            self._commit(conn)
+            return result
         except sqlite3.Error as exc:
             raise StoreError(f"SQLite store {self.path}: {exc}") from exc
 

@@ -149,20 +149,44 @@ def _move(
     resolved_by: str | None = None,
 ) -> bool:
     """The one conditional UPDATE every later transition uses; True iff it matched the row."""
+    return _move_from(
+        txn,
+        (record.effect_key, record.state, record.action_id, record.attempt),
+        target,
+        error=error,
+        result=result,
+        lease=lease,
+        resolved_by=resolved_by,
+    )
+
+
+def _move_from(
+    txn: Txn,
+    source: tuple[str, EffectState, str, int],
+    target: EffectState,
+    *,
+    error: str | None,
+    result: Any,
+    lease: Any = None,
+    resolved_by: str | None = None,
+) -> bool:
+    """``_move`` from ``(effect_key, state, action_id, attempt)``: the finish's first try
+    needs no record read or built to state what it expects."""
+    effect_key, state, action_id, attempt = source
     return (
         txn.run(
             "effect_move",
             {
-                "effect_key": record.effect_key,
+                "effect_key": effect_key,
                 "state": str(target),
                 "updated_at": txn.ts(txn.now),
                 "lease_expires_at": lease,
                 "result_json": result_json(result),
                 "error": error,
                 "resolved_by": resolved_by,
-                "from_state": str(record.state),
-                "action_id": record.action_id,
-                "attempt": record.attempt,
+                "from_state": str(state),
+                "action_id": action_id,
+                "attempt": attempt,
             },
         )
         == 1
@@ -184,8 +208,8 @@ def finish_effect_in_txn(
     An AMBIGUOUS outcome also settles a RESERVED record, and is a no-op on a record this
     attempt already left AMBIGUOUS (marking ambiguity is idempotent).
     """
-    quick = EffectRecord(effect_key, EffectState.EXECUTING, action_id, attempt, txn.now, txn.now)
-    if _move(txn, quick, outcome, error=error, result=result):
+    expected = (effect_key, EffectState.EXECUTING, action_id, attempt)
+    if _move_from(txn, expected, outcome, error=error, result=result):
         return
     record = get_effect_in_txn(txn, effect_key)
     ours = record is not None and record.action_id == action_id and record.attempt == attempt

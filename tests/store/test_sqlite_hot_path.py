@@ -1,0 +1,73 @@
+"""The SQLite store's hot-path shortcuts keep its rules: a connection never crosses a fork,
+writes share one cursor per thread without mixing results, and the by-action lookups that
+lost their indexes (migration 0004) still answer exactly."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from datetime import UTC, timedelta, timezone
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import ctrlrun
+from ctrlrun._time import encode_instant, encode_receipt_instant
+from ctrlrun.kernel.event import EventDraft, EventType
+from ctrlrun.runtime.receipts import _receipt_instant
+from ctrlrun.store.sqlite import _instant_text
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_opens_its_own_connection(tmp_path):
+    store = ctrlrun.SQLiteStateStore(tmp_path / "state.db")
+    parent = store._connection()
+    store.record((EventDraft(EventType.ACTION_PROPOSED, "act_parent"),))
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: a write must go through a connection of its own
+        try:
+            store.record((EventDraft(EventType.ACTION_PROPOSED, "act_child"),))
+            os.write(write, b"new" if store._connection() is not parent else b"same")
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(read, 8) == b"new"
+    assert store._connection() is parent  # the parent keeps its own
+    assert [e.action_id for e in store.events()] == ["act_parent", "act_child"]
+
+
+def test_threads_do_not_share_a_connection(tmp_path):
+    import threading
+
+    store = ctrlrun.SQLiteStateStore(tmp_path / "state.db")
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append(store._connection()))
+    thread.start()
+    thread.join()
+    assert seen[0] is not store._connection()
+
+
+def test_by_action_lookups_scan_without_the_dropped_indexes(tmp_path):
+    store = ctrlrun.SQLiteStateStore(tmp_path / "state.db")
+    for n in range(3):
+        draft = {"receipt_id": f"rcp_{n}", "action_id": f"act_{n}", "result": "denied"}
+        store.record((EventDraft(EventType.ACTION_DENIED, f"act_{n}"),), draft)
+    assert [e.action_id for e in store.events("act_1")] == ["act_1"]
+    assert [r.receipt_id for r in store.receipts("act_2")] == ["rcp_2"]
+    conn = sqlite3.connect(tmp_path / "state.db")
+    indexes = {
+        row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")
+    }
+    assert not {"events_by_action", "receipts_by_action"} & indexes
+
+
+@given(st.datetimes(timezones=st.sampled_from([UTC, timezone(timedelta(hours=-7, minutes=-30))])))
+def test_an_instant_is_stamped_as_encode_instant_stamps_it(instant):
+    assert _instant_text(instant) == encode_instant(instant)
+
+
+@given(st.datetimes(timezones=st.sampled_from([UTC, timezone(timedelta(hours=5, minutes=45))])))
+def test_a_receipt_instant_is_written_as_encode_receipt_instant_writes_it(instant):
+    assert _receipt_instant(instant) == encode_receipt_instant(instant)

@@ -313,8 +313,9 @@ def compare(
     return report(title, measured[0], measured[1], target, notes)
 
 
-def run(durability: str, scale: float, rounds: int) -> bool:
-    """Every workload at ``durability``; True if every target was met."""
+def run(durability: str, scale: float, rounds: int, *, durable_only: bool = False) -> bool:
+    """Every workload at ``durability`` (only the outbox and plan steps with
+    ``durable_only``); True if every target was met."""
     ops = int((300 if durability == "full" else 2000) * scale) // PLAN_STEPS * PLAN_STEPS
     ops = max(ops, PLAN_STEPS * 2)
     with tempfile.TemporaryDirectory() as tmp:
@@ -322,8 +323,10 @@ def run(durability: str, scale: float, rounds: int) -> bool:
         for name in ("floor", "effect", "read", "approved", "durable", "replay"):
             (root / name).mkdir()
         floor = Floor(root / "floor" / "floor.db", durability)
-        with ctrlrun.context(agent="bench"):
-            ok = protected_calls(root, floor, durability, ops, rounds)
+        ok = True
+        if not durable_only:
+            with ctrlrun.context(agent="bench"):
+                ok = protected_calls(root, floor, durability, ops, rounds)
         durable_work(root, floor, durability, ops, rounds)
     return ok
 
@@ -394,6 +397,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer, shorter rounds")
     parser.add_argument("--durability", choices=("full", "normal"), action="append")
     parser.add_argument("--repeat", type=int, default=1, help="run everything N times")
+    parser.add_argument(
+        "--durable-only",
+        action="store_true",
+        help="only the durable workloads (outbox per message, plan steps)",
+    )
     args = parser.parse_args(argv)
     print(
         f"SQLite {sqlite3.sqlite_version}, Python {sys.version.split()[0]};"
@@ -402,7 +410,12 @@ def main(argv: list[str]) -> int:
     ok = True
     for _ in range(args.repeat):
         for durability in args.durability or ("full", "normal"):
-            ok &= run(durability, 0.3 if args.quick else 1.0, 5 if args.quick else 9)
+            ok &= run(
+                durability,
+                0.3 if args.quick else 1.0,
+                5 if args.quick else 9,
+                durable_only=args.durable_only,
+            )
     return 0 if ok else 1
 
 

@@ -87,6 +87,40 @@ class TestApproval:
         assert caught.value.reason is PlanReason.TAMPERED
         assert inventory_rows(inventory) == [] and marks(calls) == []
 
+    def test_a_step_changed_mid_run_never_runs_and_the_finish_refuses(self, inventory, calls):
+        """The claim verified the stored steps against the approved hash; a later alteration
+        cannot change what runs (each step runs from the claim's verified copy, and its
+        receipt says so), and the finishing transaction re-checks: the plan is refused
+        TAMPERED and never recorded executed; a resume is refused at its claim."""
+        second = {"action": "inventory.reserve", "arguments": {"item": "gadget", "qty": 1}}
+        plan = approved(inventory.store, RESERVE, second)
+        runner = PlanRunner(inventory.store, steps_for(inventory, calls), worker="A")
+        claimed = inventory.store.transact(runner._claim_in_txn(plan.plan_id))
+        assert runner._run_step(claimed, 0).result is StepResult.OK
+        inventory.sql(
+            "UPDATE {t}plans SET steps_json = replace(steps_json, '\"qty\":1',"
+            " '\"qty\":100') WHERE plan_id = :id",
+            {"id": plan.plan_id},
+        )
+        assert runner._run_step(claimed, 1).output == {"reserved": 1}  # the approved step
+        assert inventory_rows(inventory) == [
+            {"item": "gadget", "qty": 1},
+            {"item": "widget", "qty": 2},
+        ]
+        chained = [r.document for r in inventory.store.receipts()]
+        assert [d["arguments"]["qty"] for d in chained] == [2, 1]
+        assert {d["plan_hash"] for d in chained} == {plan.plan_hash}
+        with pytest.raises(PlanRefused) as caught:
+            runner._finish(claimed, PlanStatus.EXECUTED, None, [0, 1])
+        assert caught.value.reason is PlanReason.TAMPERED
+        assert Plans(inventory.store).get(plan.plan_id).status is PlanStatus.EXECUTING
+        inventory.lapse("plans", "plan_id", plan.plan_id, "heartbeat_expires_at")
+        with pytest.raises(PlanRefused) as again:
+            PlanRunner(inventory.store, steps_for(inventory, calls)).run(plan.plan_id)
+        assert again.value.reason is PlanReason.TAMPERED
+        assert Plans(inventory.store).get(plan.plan_id).status is PlanStatus.APPROVED
+        assert len(marks(calls, "db-")) == 2
+
     def test_a_step_changed_before_approval_cannot_be_approved(self, backend):
         plans = Plans(backend.store)
         plan = plans.propose([RESERVE], agent="planner")
@@ -152,6 +186,42 @@ class TestExecution:
             {"item": "widget", "qty": 2},
         ]
         assert len(marks(calls, "db-")) == 2
+
+    def test_a_step_costs_the_same_in_a_long_plan(self, inventory, calls, monkeypatch):
+        """Per run, the steps are hashed twice (claim, finish) and every receipt is read a
+        bounded number of times, whatever the plan's length: no step's work grows with it."""
+        import ctrlrun.durable.plans as plans_module
+        import ctrlrun.kernel.plan as plan_module
+
+        counts = {"hash": 0, "receipt": 0}
+
+        def counting(name, fn):
+            def wrapped(*args, **kwargs):
+                counts[name] += 1
+                return fn(*args, **kwargs)
+
+            return wrapped
+
+        monkeypatch.setattr(plan_module, "plan_hash", counting("hash", plan_module.plan_hash))
+        monkeypatch.setattr(
+            plans_module, "step_from_row", counting("receipt", plans_module.step_from_row)
+        )
+        seen = {}
+        for length in (3, 30):
+            folder = calls / str(length)  # each execution leaves a marker per position
+            folder.mkdir()
+            runner = PlanRunner(inventory.store, steps_for(inventory, folder))
+            steps = [
+                {"action": "inventory.reserve", "arguments": {"item": f"i{length}-{n}", "qty": n}}
+                for n in range(length)
+            ]
+            plan = approved(inventory.store, *steps)
+            counts.update(hash=0, receipt=0)
+            assert runner.run(plan.plan_id).ok
+            seen[length] = dict(counts)
+        assert seen[3]["hash"] == seen[30]["hash"] == 2
+        assert seen[30]["receipt"] - seen[3]["receipt"] == 2 * (30 - 3)  # per step: its own
+        # write read back, and the finish's list; the old runner read them all per step
 
     def test_a_failing_database_step_rolls_back_and_stops_the_plan(self, inventory, calls):
         duplicate = RESERVE  # the same item twice: the second insert violates the primary key

@@ -23,11 +23,15 @@ from ctrlrun.kernel.plan import (
     PlanRecord,
     PlanStatus,
     PlanStep,
+    StepResult,
     freeze_steps,
     plan_answer,
     plan_claim,
     plan_hash,
+    step_receipt_document,
 )
+from ctrlrun.kernel.receipt import GENESIS_HEAD, ChainHead, chain_receipt
+from ctrlrun.store.codec import result_json
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
 
@@ -220,3 +224,46 @@ def test_reap_never_restarts():
     assert plan_reap(replace(running, remote_id="x"), later) is ReapAction.RELEASE
     assert plan_reap(replace(running, status=OperationStatus.QUEUED), later) is None
     assert plan_reap(replace(running, lease_expires_at=None), later) is None
+
+
+class TestStepReceipt:
+    """A step's receipt is composed from parts; its bytes must be exactly the validating
+    encode's, for every shape of output ``result_json`` can give the runner."""
+
+    @pytest.mark.parametrize(
+        "value",
+        [
+            None,
+            {"reserved": 2},
+            [1, "two", None, True, {"nested": ["é", "\u2028", "\ud83d\ude00"]}],
+            "plain text",
+            1.5,  # no canonical form: result_json falls back to {"repr": ...}
+            object(),
+        ],
+    )
+    @pytest.mark.parametrize("user", [None, "alice"])
+    def test_its_text_is_the_validating_encode(self, value, user):
+        import json
+
+        plan = replace(
+            record(
+                [{"action": "a.one", "arguments": {"z": [1, {"b": None, "a": "é"}], "n": 1}}],
+                status=PlanStatus.EXECUTING,
+                claim_epoch=3,
+            ),
+            user=user,
+            approver="bob",
+        )
+        text = result_json(value)
+        draft = step_receipt_document(
+            plan,
+            step_index=0,
+            result=StepResult.OK,
+            output=None if text is None else json.loads(text),
+            error="an 'error' \\ with \"quotes\"",
+            effect_key=None,
+            receipt_id="rcp_1",
+            finished_at="2026-01-01T12:00:00.000000Z",
+        )
+        for head in (GENESIS_HEAD, ChainHead(41, "sha256:" + "ab" * 32)):
+            assert chain_receipt(draft, head) == chain_receipt(dict(draft), head)

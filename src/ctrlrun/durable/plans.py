@@ -180,6 +180,12 @@ def step_receipts_in_txn(txn: Txn, plan_id: str) -> tuple[StepRecord, ...]:
     return tuple(step_from_row(row, txn.read_ts) for row in rows)
 
 
+def step_receipt_in_txn(txn: Txn, plan_id: str, step_index: int) -> StepRecord | None:
+    """One position's step receipt as this transaction sees it (a primary-key lookup)."""
+    row = txn.one("plan_step_get", {"plan_id": plan_id, "step_index": step_index})
+    return None if row is None else step_from_row(row, txn.read_ts)
+
+
 def apply_decision_in_txn(txn: Txn, record: PlanRecord | None, decision: PlanDecision) -> None:
     """Raise the decision's refusal, first writing the plan EXPIRED (a kept write) if asked."""
     if decision.refusal is None:

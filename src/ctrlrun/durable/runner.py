@@ -1,10 +1,16 @@
 """Running an approved plan: claim it, run each step under the fence, stop at the first not-ok.
 
 * **Claim**: ``approved → executing`` is one conditional write that bumps ``claim_epoch``.
-* **Fence**: every step transaction locks the plan row and refuses (``ClaimLost``) unless the
-  plan is still ``executing`` under this worker's claim and its steps still hash to the
-  approved hash; the step's receipt (primary key ``(plan_id, step_index)``), its hash-chained
-  receipt and the heartbeat renewal commit in that same transaction.
+* **Tamper check**: the stored steps are re-hashed and compared with the approved hash inside
+  the claiming transaction and again inside the finishing one, once each per run. Every step
+  runs from the copy the claim verified, never from a later read of the row.
+* **Fence**: every step transaction starts with the conditional heartbeat write on the plan
+  row (``executing`` under exactly this worker's claim epoch) and refuses (``ClaimLost``)
+  unless its row count is 1; that write also takes the row's lock. The step's receipt
+  (primary key ``(plan_id, step_index)``), its hash-chained receipt and the heartbeat renewal
+  commit in that same transaction. Per step the work is independent of the plan's length:
+  only the fenced claim holder can add step receipts, so the run reads them once (after its
+  claim) and tracks its own.
 * **Database steps** run *inside* that transaction and are handed it, so their writes and
   their receipt commit together: exactly once per step position.
 * **External steps** run through the effect kernel (``Control``) with their own effect key
@@ -31,6 +37,7 @@ from ctrlrun.durable.plans import (
     Plans,
     apply_decision_in_txn,
     get_plan_in_txn,
+    step_receipt_in_txn,
     step_receipts_in_txn,
 )
 from ctrlrun.errors import (
@@ -222,6 +229,8 @@ class PlanRunner:
         claimed = self.store.transact(self._claim_in_txn(plan_id))
         if claimed.terminal:  # it finished between our read and our claim
             return PlanOutcome(claimed, self.plans.receipts(plan_id), ())
+        # Read once: from here on only this claim can add receipts (the fence), and it
+        # tracks the ones it adds.
         done = {r.step_index: r for r in self.plans.receipts(plan_id)}
         ran: list[int] = []
         for index in range(len(claimed.steps)):
@@ -276,20 +285,42 @@ class PlanRunner:
         return work
 
     def _fence(self, txn: Txn, record: PlanRecord) -> PlanRecord:
-        """Lock the plan row; refuse unless it is still ours and its steps still hash right."""
+        """Lock the plan row; refuse unless it is still ours and its steps still hash right.
+
+        The full check (it parses and re-hashes every stored step): once per run, in the
+        finishing transaction, and on the rare paths. A step uses ``_hold``."""
         current = get_plan_in_txn(txn, record.plan_id, lock=True)
         if current is None or not current.held_by(self.worker, record.claim_epoch):
-            raise ClaimLost(
-                f"plan {record.plan_id}: claim {record.claim_epoch} by {self.worker} no longer"
-                f" holds it ({current.status if current else 'gone'}); nothing written",
-                kind="plan",
-                target=record.plan_id,
-                claim=record.claim_epoch,
-            )
+            raise self._not_held(record, current)
         drift = check_integrity(current)
         if drift.refusal is not None:
             raise drift.refusal
         return current
+
+    def _hold(self, txn: Txn, record: PlanRecord, next_step: int) -> None:
+        """The per-step fence: renew the heartbeat and move ``next_step`` with one write that
+        matches only while the plan is ``executing`` under exactly this claim (row count 1),
+        and that locks the plan row to the end of the transaction. Refused: ``ClaimLost``,
+        and the transaction (with anything the step wrote) rolls back."""
+        params = stamp(
+            txn,
+            plan_id=record.plan_id,
+            next_step=next_step,
+            epoch=record.claim_epoch,
+            worker=self.worker,
+            **lease_params(txn, self.heartbeat, "heartbeat_expires_at", "heartbeat_seconds"),
+        )
+        if txn.run("plan_advance", params) != 1:
+            raise self._not_held(record, get_plan_in_txn(txn, record.plan_id))
+
+    def _not_held(self, record: PlanRecord, current: PlanRecord | None) -> ClaimLost:
+        return ClaimLost(
+            f"plan {record.plan_id}: claim {record.claim_epoch} by {self.worker} no longer"
+            f" holds it ({current.status if current else 'gone'}); nothing written",
+            kind="plan",
+            target=record.plan_id,
+            claim=record.claim_epoch,
+        )
 
     def _finish(
         self, record: PlanRecord, status: PlanStatus, error: str | None, ran: list[int]
@@ -327,7 +358,7 @@ class PlanRunner:
         assert handler is not None
         if handler.kind is StepKind.DB:
             return self._run_db_step(record, index, handler)
-        existing = self.store.transact(lambda txn: self._beat_in_txn(txn, record, index))
+        existing = self.store.transact(lambda txn: self._beat_in_txn(txn, record, index, index))
         if existing is not None:
             return existing
         verdict = self._call_outside(record, index, handler)
@@ -337,7 +368,9 @@ class PlanRunner:
         step = record.steps[index]
 
         def work(txn: DriverTxn) -> StepRecord:
-            existing = self._beat_in_txn(txn, record, index)
+            # The fence moves next_step past this step at once: it commits only with the
+            # step's writes and receipt (one transaction).
+            existing = self._beat_in_txn(txn, record, index, index + 1)
             if existing is not None:
                 return existing
             context = StepContext(
@@ -351,7 +384,8 @@ class PlanRunner:
                 output = handler.fn(context)
             except Exception as exc:
                 raise _StepRaised(exc) from exc
-            return self._receipt_in_txn(txn, record, index, StepVerdict(StepResult.OK, output))
+            verdict = StepVerdict(StepResult.OK, output)
+            return self._receipt_in_txn(txn, record, index, verdict, held=True)
 
         try:
             return self.store.transact(work)
@@ -363,37 +397,32 @@ class PlanRunner:
                 )
             )
 
-    def _beat_in_txn(self, txn: Txn, record: PlanRecord, index: int) -> StepRecord | None:
-        """Fence, then: the step's receipt if it has one; else renew the heartbeat."""
-        self._fence(txn, record)
-        for receipt in step_receipts_in_txn(txn, record.plan_id):
-            if receipt.step_index == index:
-                return receipt
-        self._advance(txn, record, index)
+    def _beat_in_txn(
+        self, txn: Txn, record: PlanRecord, index: int, next_step: int
+    ) -> StepRecord | None:
+        """The step's receipt if it has one (after the full fence: a rare path, since the run
+        skips the receipts it read); else the per-step fence, moving to ``next_step``."""
+        existing = step_receipt_in_txn(txn, record.plan_id, index)
+        if existing is not None:
+            self._fence(txn, record)
+            return existing
+        self._hold(txn, record, next_step)
         return None
 
-    def _advance(self, txn: Txn, record: PlanRecord, next_step: int) -> None:
-        params = stamp(
-            txn,
-            plan_id=record.plan_id,
-            next_step=next_step,
-            epoch=record.claim_epoch,
-            worker=self.worker,
-            **lease_params(txn, self.heartbeat, "heartbeat_expires_at", "heartbeat_seconds"),
-        )
-        if txn.run("plan_advance", params) != 1:
-            raise self._lost(record)
-
     def _receipt_in_txn(
-        self, txn: Txn, record: PlanRecord, index: int, verdict: StepVerdict
+        self, txn: Txn, record: PlanRecord, index: int, verdict: StepVerdict, *, held: bool = False
     ) -> StepRecord:
-        """The fenced write of one step's receipt, its chained receipt and the heartbeat."""
-        current = self._fence(txn, record)
+        """The fenced write of one step's receipt, its chained receipt and the heartbeat
+        (``held``: this transaction already passed the fence, moving past this step).
+
+        The documents are built from ``record``, the claim's verified copy of the plan."""
+        if not held:
+            self._hold(txn, record, index + 1)
         result, error, effect_key = verdict.result, verdict.error, verdict.effect_key
         text = result_json(verdict.output)
         receipt_id = new_id("rcp")
         document = step_receipt_document(
-            current,
+            record,
             step_index=index,
             result=result,
             output=None if text is None else json.loads(text),
@@ -409,7 +438,7 @@ class PlanRunner:
                 txn,
                 plan_id=record.plan_id,
                 step_index=index,
-                action=current.steps[index].action,
+                action=record.steps[index].action,
                 result=str(result),
                 output_json=text,
                 error=error,
@@ -418,11 +447,9 @@ class PlanRunner:
                 receipt_id=receipt_id,
             ),
         )
-        self._advance(txn, record, index + 1)
-        for receipt in step_receipts_in_txn(txn, record.plan_id):
-            if receipt.step_index == index:
-                return receipt
-        raise AssertionError("the step receipt just written is missing")
+        written = step_receipt_in_txn(txn, record.plan_id, index)
+        assert written is not None, "the step receipt just written is missing"
+        return written
 
     def _call_outside(self, record: PlanRecord, index: int, handler: StepHandler) -> StepVerdict:
         """Run an external step through the effect kernel; map its outcome to a step result."""

@@ -16,9 +16,10 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Final
 
-from ctrlrun.canonical import canonical_text, digest, plain
+from ctrlrun.canonical import canonical_text, digest, is_plain, plain, plain_text
 from ctrlrun.errors import InvalidArgument, PlanReason, PlanRefused
 from ctrlrun.kernel.action import check_action_name
+from ctrlrun.kernel.receipt import ReceiptDraft
 
 PLAN_SCHEMA: Final = "ctrlrun.plan/v1"
 STEP_RECEIPT_SCHEMA: Final = "ctrlrun.plan_step/v1"
@@ -259,10 +260,20 @@ def step_receipt_document(
     effect_key: str | None,
     receipt_id: str,
     finished_at: str,
-) -> dict[str, Any]:
-    """The chained receipt of one step (the store adds ``seq``/``prev_hash``)."""
+) -> ReceiptDraft:
+    """The chained receipt of one step (the store adds ``seq``/``prev_hash``).
+
+    A ``ReceiptDraft``: its canonical text is composed from parts, not re-validated. Sound
+    because ``record``'s steps were verified against the plan's hash when the run claimed it
+    (that hash walks every argument through ``plain``), so each step's arguments are plain
+    data; the principal is two checked names; ``output`` is what ``result_json`` produced,
+    parsed back (plain by construction: it refuses floats and falls back to a ``repr``
+    string). A draft that still cannot be composed (a lone surrogate) is encoded through the
+    validating path by ``chain_receipt``; the bytes are the same either way.
+    """
     step = record.steps[step_index]
-    return {
+    principal = {"agent": record.agent, "user": record.user}
+    fields: dict[str, Any] = {
         "schema": STEP_RECEIPT_SCHEMA,
         "receipt_id": receipt_id,
         "action_id": f"{record.plan_id}:{step_index}",
@@ -270,8 +281,8 @@ def step_receipt_document(
         "plan_hash": record.plan_hash,
         "step_index": step_index,
         "action": step.action,
-        "arguments": step.to_dict()["arguments"],
-        "principal": {"agent": record.agent, "user": record.user},
+        "arguments": step.arguments,
+        "principal": principal,
         "approver": record.approver,
         "claim_epoch": record.claim_epoch,
         "effect_key": effect_key,
@@ -280,6 +291,14 @@ def step_receipt_document(
         "error": error,
         "finished_at": finished_at,
     }
+    texts = {"principal": plain_text(principal)}
+    if is_plain(step.arguments):
+        texts["arguments"] = plain_text(step.arguments)
+    else:  # not reachable after a verified claim; the validating encode names the problem
+        fields["arguments"] = step.to_dict()["arguments"]
+    if is_plain(output):
+        texts["output"] = plain_text(output)
+    return ReceiptDraft(fields, texts)
 
 
 @dataclass(frozen=True, slots=True)

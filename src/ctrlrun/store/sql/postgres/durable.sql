@@ -139,6 +139,12 @@ VALUES (%(plan_id)s, %(step_index)s, %(action)s, %(result)s, %(output_json)s::te
 -- name: plan_step_list
 SELECT * FROM {schema}.plan_steps WHERE plan_id = %(plan_id)s ORDER BY step_index;
 
+-- One position's receipt, by its primary key (never the whole list: a step's cost must not
+-- grow with the plan's length).
+-- name: plan_step_get
+SELECT * FROM {schema}.plan_steps
+WHERE plan_id = %(plan_id)s AND step_index = %(step_index)s;
+
 -- ------------------------------------------------------------------------------ operations
 
 -- name: op_insert

@@ -120,6 +120,11 @@ VALUES (:plan_id, :step_index, :action, :result, :output_json, :error, :effect_k
 -- name: plan_step_list
 SELECT * FROM plan_steps WHERE plan_id = :plan_id ORDER BY step_index;
 
+-- One position's receipt, by its primary key (never the whole list: a step's cost must not
+-- grow with the plan's length).
+-- name: plan_step_get
+SELECT * FROM plan_steps WHERE plan_id = :plan_id AND step_index = :step_index;
+
 -- ------------------------------------------------------------------------------ operations
 
 -- name: op_insert

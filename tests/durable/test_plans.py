@@ -191,6 +191,7 @@ class TestExecution:
         """Per run, the steps are hashed twice (claim, finish) and every receipt is read a
         bounded number of times, whatever the plan's length: no step's work grows with it."""
         import ctrlrun.durable.plans as plans_module
+        import ctrlrun.durable.runner as runner_module
         import ctrlrun.kernel.plan as plan_module
 
         counts = {"hash": 0, "receipt": 0}
@@ -203,9 +204,9 @@ class TestExecution:
             return wrapped
 
         monkeypatch.setattr(plan_module, "plan_hash", counting("hash", plan_module.plan_hash))
-        monkeypatch.setattr(
-            plans_module, "step_from_row", counting("receipt", plans_module.step_from_row)
-        )
+        decode = counting("receipt", plans_module.step_from_row)
+        for module in (plans_module, runner_module):  # every decode of a step receipt row
+            monkeypatch.setattr(module, "step_from_row", decode)
         seen = {}
         for length in (3, 30):
             folder = calls / str(length)  # each execution leaves a marker per position
@@ -221,7 +222,8 @@ class TestExecution:
             seen[length] = dict(counts)
         assert seen[3]["hash"] == seen[30]["hash"] == 2
         assert seen[30]["receipt"] - seen[3]["receipt"] == 2 * (30 - 3)  # per step: its own
-        # write read back, and the finish's list; the old runner read them all per step
+        # write (RETURNING), and its row in the finish's list; the old runner read them all
+        # per step
 
     def test_a_failing_database_step_rolls_back_and_stops_the_plan(self, inventory, calls):
         duplicate = RESERVE  # the same item twice: the second insert violates the primary key
@@ -278,7 +280,8 @@ class TestExecution:
         plan = approved(inventory.store, RESERVE, second)
         a = PlanRunner(inventory.store, steps_for(inventory, calls), worker="A")
         claimed = inventory.store.transact(a._claim_in_txn(plan.plan_id))
-        a._run_step(claimed, 0)  # step 0 committed, then A died
+        written = a._run_step(claimed, 0)  # step 0 committed, then A died
+        assert Plans(inventory.store).receipts(plan.plan_id) == (written,)  # as read back
         inventory.lapse("plans", "plan_id", plan.plan_id, "heartbeat_expires_at")
         resumed = PlanRunner(inventory.store, steps_for(inventory, calls), worker="B")
         outcome = resumed.run(plan.plan_id)

@@ -40,6 +40,7 @@ from ctrlrun.durable.plans import (
     step_receipt_in_txn,
     step_receipts_in_txn,
 )
+from ctrlrun.durable.records import step_from_row
 from ctrlrun.errors import (
     AmbiguousEffect,
     ClaimLost,
@@ -226,12 +227,17 @@ class PlanRunner:
         if record.terminal:
             return PlanOutcome(record, self.plans.receipts(plan_id), ())
         self._check_handlers(record)
-        claimed = self.store.transact(self._claim_in_txn(plan_id))
+        claim = self._claim_in_txn(plan_id)
+
+        def claim_and_read(txn: Txn) -> tuple[PlanRecord, tuple[StepRecord, ...]]:
+            return claim(txn), step_receipts_in_txn(txn, plan_id)
+
+        claimed, receipts = self.store.transact(claim_and_read)
         if claimed.terminal:  # it finished between our read and our claim
-            return PlanOutcome(claimed, self.plans.receipts(plan_id), ())
-        # Read once: from here on only this claim can add receipts (the fence), and it
-        # tracks the ones it adds.
-        done = {r.step_index: r for r in self.plans.receipts(plan_id)}
+            return PlanOutcome(claimed, receipts, ())
+        # Read once, in the claiming transaction: from here on only this claim can add
+        # receipts (the fence), and the loop knows the ones it adds.
+        done = {r.step_index: r for r in receipts}
         ran: list[int] = []
         for index in range(len(claimed.steps)):
             receipt = done.get(index)
@@ -368,11 +374,12 @@ class PlanRunner:
         step = record.steps[index]
 
         def work(txn: DriverTxn) -> StepRecord:
-            # The fence moves next_step past this step at once: it commits only with the
-            # step's writes and receipt (one transaction).
-            existing = self._beat_in_txn(txn, record, index, index + 1)
-            if existing is not None:
-                return existing
+            # The fence first (it moves next_step past this step at once: that commits only
+            # with the step's writes and receipt). No receipt lookup: ``run`` only runs a
+            # position its claim-time read found without one, and only this claim can have
+            # added one since; were it otherwise, the receipt's primary key refuses the insert
+            # and the step's writes roll back with it.
+            self._hold(txn, record, index + 1)
             context = StepContext(
                 record.plan_id,
                 index,
@@ -432,24 +439,21 @@ class PlanRunner:
             finished_at=encode_receipt_instant(txn.now),
         )
         put_receipt_in_txn(txn, document)
-        txn.run(
-            "plan_step_insert",
-            stamp(
-                txn,
-                plan_id=record.plan_id,
-                step_index=index,
-                action=record.steps[index].action,
-                result=str(result),
-                output_json=text,
-                error=error,
-                effect_key=effect_key,
-                claim_epoch=record.claim_epoch,
-                receipt_id=receipt_id,
-            ),
+        params = stamp(
+            txn,
+            plan_id=record.plan_id,
+            step_index=index,
+            action=record.steps[index].action,
+            result=str(result),
+            output_json=text,
+            error=error,
+            effect_key=effect_key,
+            claim_epoch=record.claim_epoch,
+            receipt_id=receipt_id,
         )
-        written = step_receipt_in_txn(txn, record.plan_id, index)
-        assert written is not None, "the step receipt just written is missing"
-        return written
+        written = txn.one("plan_step_insert", params)  # RETURNING: the row as stored
+        assert written is not None
+        return step_from_row(written, txn.read_ts)
 
     def _call_outside(self, record: PlanRecord, index: int, handler: StepHandler) -> StepVerdict:
         """Run an external step through the effect kernel; map its outcome to a step result."""

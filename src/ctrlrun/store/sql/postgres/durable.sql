@@ -130,11 +130,13 @@ SET status = %(status)s::text, finished_at = now(), heartbeat_expires_at = NULL,
 WHERE plan_id = %(plan_id)s AND status = 'executing' AND claim_epoch = %(epoch)s
   AND claimed_by = %(worker)s;
 
+-- The row comes back as stored (its created_at is the server's on Postgres).
 -- name: plan_step_insert
 INSERT INTO {schema}.plan_steps (plan_id, step_index, action, result, output_json, error,
                                  effect_key, claim_epoch, receipt_id, created_at)
 VALUES (%(plan_id)s, %(step_index)s, %(action)s, %(result)s, %(output_json)s::text,
-        %(error)s::text, %(effect_key)s::text, %(claim_epoch)s, %(receipt_id)s, now());
+        %(error)s::text, %(effect_key)s::text, %(claim_epoch)s, %(receipt_id)s, now())
+RETURNING *;
 
 -- name: plan_step_list
 SELECT * FROM {schema}.plan_steps WHERE plan_id = %(plan_id)s ORDER BY step_index;

@@ -111,11 +111,13 @@ SET status = :status, finished_at = :now, heartbeat_expires_at = NULL, error = :
 WHERE plan_id = :plan_id AND status = 'executing' AND claim_epoch = :epoch
   AND claimed_by = :worker;
 
+-- The row comes back as stored (its created_at is the server's on Postgres).
 -- name: plan_step_insert
 INSERT INTO plan_steps (plan_id, step_index, action, result, output_json, error, effect_key,
                         claim_epoch, receipt_id, created_at)
 VALUES (:plan_id, :step_index, :action, :result, :output_json, :error, :effect_key,
-        :claim_epoch, :receipt_id, :now);
+        :claim_epoch, :receipt_id, :now)
+RETURNING *;
 
 -- name: plan_step_list
 SELECT * FROM plan_steps WHERE plan_id = :plan_id ORDER BY step_index;

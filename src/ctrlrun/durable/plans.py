@@ -2,7 +2,8 @@
 
 A plan is proposed ``pending`` with its frozen steps and their hash. A person approves or
 rejects the whole plan by that hash before it expires; an approval is recorded with the hash it
-bound to, and every later claim and step re-derives the hash from the stored steps. Reads heal
+bound to, and every later claim and every run's finish re-derives the hash from the stored
+steps (the runner's steps run from the copy its claim verified). Reads heal
 lazily: a plan found ``executing`` whose heartbeat lapsed is moved back to ``approved`` (a
 conditional write on the stale claim) so the next run resumes it, skipping steps with receipts.
 There is no background thread.

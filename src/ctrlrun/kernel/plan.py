@@ -3,7 +3,8 @@
 A plan moves ``pending → approved → executing → executed | failed`` (or ``pending → rejected``,
 ``pending | approved → expired``). Its hash covers the steps (each a named action with canonical
 arguments, identified by its position); the approval binds to that hash, and every claim and
-every step re-derives the hash from the stored steps and refuses on drift. The functions here
+every run's finish re-derives the hash from the stored steps and refuses on drift (the steps
+run from the copy the claim verified). The functions here
 decide; the store only writes what they return.
 """
 

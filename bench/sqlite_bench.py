@@ -402,7 +402,15 @@ def main(argv: list[str]) -> int:
         action="store_true",
         help="only the durable workloads (outbox per message, plan steps)",
     )
+    parser.add_argument(
+        "--plan-steps",
+        type=int,
+        default=10,
+        help="steps per plan in the plan workload (default 10)",
+    )
     args = parser.parse_args(argv)
+    global PLAN_STEPS  # noqa: PLW0603 - the workloads read it; set once, before any runs
+    PLAN_STEPS = max(1, args.plan_steps)
     print(
         f"SQLite {sqlite3.sqlite_version}, Python {sys.version.split()[0]};"
         " medians of interleaved rounds"

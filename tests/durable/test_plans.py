@@ -16,7 +16,7 @@ from durable_workers import run_plan_then_hang
 
 from ctrlrun import Control, EffectState, Policy
 from ctrlrun.durable import PlanRunner, Plans, PlanStatus, StepResult
-from ctrlrun.errors import ClaimLost, NotExecuted, PlanReason, PlanRefused
+from ctrlrun.errors import ClaimLost, NotExecuted, PlanReason, PlanRefused, StoreError
 from support.policies import POLICY
 
 RESERVE = {"action": "inventory.reserve", "arguments": {"item": "widget", "qty": 2}}
@@ -309,6 +309,25 @@ class TestExternalSteps:
         assert runner.run(plan.plan_id).ran == () and marks(calls, "email-") == [
             "email-ops@example.com"
         ]
+
+    def test_a_position_with_a_receipt_is_never_run_again_under_the_same_claim(
+        self, inventory, control, calls
+    ):
+        """The run skips what its claim-time read found; a direct second attempt at a position
+        that has a receipt is still answered: an external step by its receipt (no call), a
+        database step by the receipt's primary key (its writes roll back)."""
+        plan = approved(inventory.store, EMAIL, RESERVE)
+        runner = PlanRunner(inventory.store, make_steps(str(calls)), control=control)
+        claimed = inventory.store.transact(runner._claim_in_txn(plan.plan_id))
+        first = runner._run_step(claimed, 0)
+        assert runner._run_step(claimed, 0) == first
+        assert marks(calls, "email-") == ["email-ops@example.com"]
+        runner._run_step(claimed, 1)
+        with pytest.raises(StoreError, match="plan_steps"):  # the receipt's primary key
+            runner._run_step(claimed, 1)
+        assert inventory_rows(inventory) == [{"item": "widget", "qty": 2}]
+        assert [r.step_index for r in Plans(inventory.store).receipts(plan.plan_id)] == [0, 1]
+        assert runner._finish(claimed, PlanStatus.EXECUTED, None, [0, 1]).ok
 
     def test_an_unknown_outcome_is_ambiguous_and_stops_the_plan(self, inventory, control, calls):
         plan = approved(inventory.store, EMAIL, RESERVE)

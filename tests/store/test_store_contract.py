@@ -105,6 +105,28 @@ class TestReservation:
         assert started.reservation.attempt == 2 and record.attempt == 2
         assert record.action_id == "act_2" and record.error is None
 
+    def test_a_renewal_matches_the_failed_attempts_action_too(self, store):
+        """The renewal's UPDATE is conditional on state, attempt AND action_id: a plan made
+        against another action's attempt matches no row (a lost race, never a silent write)."""
+        from ctrlrun.kernel.effect import PlanKind, Reservation, ReservationPlan
+        from ctrlrun.store.ops.effects import _renew
+
+        start(store)
+        finish(store, outcome=EffectState.FAILED)
+        failed = store.get_effect(KEY)
+        renewal = Reservation(KEY, "act_2", 2, failed.updated_at + timedelta(minutes=5))
+
+        def renew_from(action_id):
+            plan = ReservationPlan(
+                PlanKind.RENEW, renewal, renews_attempt=1, renews_action_id=action_id
+            )
+            return store.transact(lambda txn: _renew(txn, renewal, EffectState.EXECUTING, plan))
+
+        assert renew_from("act_other") is False
+        assert store.get_effect(KEY) == failed  # untouched
+        assert renew_from("act_1") is True
+        assert store.get_effect(KEY).action_id == "act_2"
+
     def test_the_ceiling_refuses_a_renewal_and_writes_nothing(self, store):
         start(store)
         finish(store, outcome=EffectState.FAILED)

@@ -52,6 +52,15 @@ class TestAction:
         action.arguments["items"].append(4)
         assert action.arguments == {"items": [1, 2]}
 
+    def test_any_mapping_of_arguments_hashes_as_the_equal_dict(self):
+        from types import MappingProxyType
+
+        flat = {"b": 2, "a": "x"}
+        as_proxy = Action("a.b", MappingProxyType(flat), ALICE)  # not a dict: the general path
+        as_dict = Action("a.b", dict(flat), ALICE)
+        assert as_proxy.action_hash == as_dict.action_hash
+        assert as_proxy.arguments == as_dict.arguments == flat
+
     def test_round_trip_keeps_id_and_hash(self):
         action = Action("a.b", {"x": [1, {"y": None}]}, ALICE, resource="r:1")
         again = Action.from_dict(action.to_dict())

@@ -267,3 +267,36 @@ class TestStepReceipt:
         )
         for head in (GENESIS_HEAD, ChainHead(41, "sha256:" + "ab" * 32)):
             assert chain_receipt(draft, head) == chain_receipt(dict(draft), head)
+
+
+class TestRefusalsAtTheEdges:
+    """Every refusal of the durable kernels' small helpers: typed, with the reason named."""
+
+    def test_tokens_need_an_id_and_an_operation_knows_its_own(self):
+        for token in (start_token, delivery_token):
+            for bad in ("", None):
+                with pytest.raises(InvalidArgument, match="non-empty string"):
+                    token(bad)
+        operation = Operation("op_1", "k", "r", {}, None, OperationStatus.QUEUED, NOW, NOW)
+        assert operation.start_token == start_token("op_1") != start_token("op_2")
+
+    def test_only_an_ambiguous_message_resolves_and_only_to_a_resolvable_status(self):
+        from ctrlrun.kernel.outbox import check_resolution
+
+        parked = Message("m", "t", {}, None, MessageStatus.AMBIGUOUS, 1, NOW, NOW, NOW)
+        check_resolution(parked, "m", MessageStatus.SENT)  # the one case that passes
+        with pytest.raises(InvalidArgument, match="resolves to sent, failed or pending"):
+            check_resolution(parked, "m", MessageStatus.DEAD)
+        with pytest.raises(InvalidArgument, match="no outbox message m"):
+            check_resolution(None, "m", MessageStatus.SENT)
+        with pytest.raises(InvalidArgument, match="is sent, not ambiguous"):
+            check_resolution(replace(parked, status=MessageStatus.SENT), "m", MessageStatus.SENT)
+
+    def test_a_step_whose_arguments_are_not_a_mapping_is_refused(self):
+        with pytest.raises(InvalidArgument, match="step 1: arguments must be a mapping"):
+            freeze_steps([PlanStep("a.b", {}), {"action": "a.c", "arguments": [1, 2]}])
+
+    def test_claiming_an_unknown_plan_is_refused_as_unknown(self):
+        decision = plan_claim(None, plan_id="pln_x", now=NOW)
+        assert decision.refusal is not None and decision.refusal.reason is PlanReason.UNKNOWN
+        assert not decision.expire

@@ -69,6 +69,7 @@ class TestPlannerTable:
         result = plan(record(EffectState.FAILED, lease_in=None, attempt=3))
         assert result.kind is PlanKind.RENEW
         assert result.reservation.attempt == 4 and result.renews_attempt == 3
+        assert result.renews_action_id == "act_holder"  # the failed attempt's action
 
     def test_failed_past_the_ceiling_is_denied(self):
         result = plan(record(EffectState.FAILED, lease_in=None, attempt=3), max_attempts=3)

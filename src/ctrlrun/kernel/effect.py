@@ -101,6 +101,7 @@ class ReservationPlan:
     refusal: Refused | None = None
     ambiguate: bool = False
     renews_attempt: int | None = None  # the failed attempt a renewal must still find
+    renews_action_id: str | None = None  # and the action that attempt belonged to
 
 
 LEASE_EXPIRED_ERROR: Final = (
@@ -157,6 +158,7 @@ def plan_reservation(
             PlanKind.RENEW,
             reservation=Reservation(effect_key, action_id, attempt, now + lease),
             renews_attempt=record.attempt,
+            renews_action_id=record.action_id,
         )
     if record.lease_is_live(now):
         return _refuse(

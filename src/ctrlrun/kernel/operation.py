@@ -66,12 +66,6 @@ class Operation:
         """The idempotency key to hand the remote when starting it, stable for this operation."""
         return start_token(self.operation_id)
 
-    def lease_lapsed(self, now: datetime) -> bool:
-        """A RUNNING operation whose current claim (if any) lapsed before ``now``."""
-        return self.status is OperationStatus.RUNNING and (
-            self.lease_expires_at is None or now > self.lease_expires_at
-        )
-
 
 class PollState(StrEnum):
     """What a poll of the remote found."""

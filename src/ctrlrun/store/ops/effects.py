@@ -52,7 +52,7 @@ def reserve_in_txn(
             if _insert(txn, reservation, state):
                 return reservation
         elif plan.kind is PlanKind.RENEW and reservation is not None:
-            if _renew(txn, reservation, state, plan.renews_attempt):
+            if _renew(txn, reservation, state, plan):
                 return reservation
         elif plan.refusal is not None:
             _refuse(txn, plan.ambiguate, plan.refusal, effect_key, action_id)
@@ -92,7 +92,8 @@ def _insert(txn: Txn, reservation: Reservation, state: EffectState) -> bool:
     )
 
 
-def _renew(txn: Txn, reservation: Reservation, state: EffectState, from_attempt: Any) -> bool:
+def _renew(txn: Txn, reservation: Reservation, state: EffectState, plan: Any) -> bool:
+    # conditional on the failed record's state, attempt and action (ARCHITECTURE §3)
     return (
         txn.run(
             "effect_renew",
@@ -103,7 +104,8 @@ def _renew(txn: Txn, reservation: Reservation, state: EffectState, from_attempt:
                 "attempt": reservation.attempt,
                 "updated_at": txn.ts(txn.now),
                 "lease_expires_at": txn.ts(reservation.lease_expires_at),
-                "from_attempt": from_attempt,
+                "from_attempt": plan.renews_attempt,
+                "from_action_id": plan.renews_action_id,
             },
         )
         == 1

@@ -46,7 +46,8 @@ UPDATE {schema}.effects
 SET state = %(state)s, action_id = %(action_id)s, attempt = %(attempt)s,
     updated_at = %(updated_at)s, lease_expires_at = %(lease_expires_at)s, result_json = NULL,
     error = NULL, resolved_by = NULL, write_token = %(write_token)s
-WHERE effect_key = %(effect_key)s AND state = 'failed' AND attempt = %(from_attempt)s;
+WHERE effect_key = %(effect_key)s AND state = 'failed' AND attempt = %(from_attempt)s
+  AND action_id = %(from_action_id)s;
 
 -- name: effect_move
 UPDATE {schema}.effects

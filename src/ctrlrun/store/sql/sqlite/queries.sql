@@ -25,7 +25,8 @@ VALUES
 UPDATE effects
 SET state = :state, action_id = :action_id, attempt = :attempt, updated_at = :updated_at,
     lease_expires_at = :lease_expires_at, result_json = NULL, error = NULL, resolved_by = NULL
-WHERE effect_key = :effect_key AND state = 'failed' AND attempt = :from_attempt;
+WHERE effect_key = :effect_key AND state = 'failed' AND attempt = :from_attempt
+  AND action_id = :from_action_id;
 
 -- name: effect_move
 UPDATE effects

@@ -71,7 +71,6 @@ def start_effect(txn: PgTxn, request: StartRequest) -> PendingStart:
             "lease": request.lease,
         },
     )
-    append_events(txn, request.events)
     mark = f"ctrlrun-lease-{uuid.uuid4().hex}"
     reserved = EventDraft(
         EventType.EFFECT_RESERVED,
@@ -79,15 +78,19 @@ def start_effect(txn: PgTxn, request: StartRequest) -> PendingStart:
         request.effect_key,
         data={"attempt": 1, "lease_expires_at": mark},
     )
-    txn.run_later(
-        "event_insert_reserved_folded",
-        {**_event_params(txn, reserved), "lease_us": lease_us, "lease_mark": mark},
+    rows = [_event_row(txn, draft) for draft in request.events]
+    rows.append(
+        (
+            "event_row_reserved_folded",
+            {**_event_params(txn, reserved), "lease_us": lease_us, "lease_mark": mark},
+        )
     )
     if request.execute:
         started = EventDraft(
             EventType.EXECUTION_STARTED, request.action_id, request.effect_key, data={"attempt": 1}
         )
-        append_events(txn, (started,))
+        rows.append(_event_row(txn, started))
+    txn.run_rows_later("event_insert_folded", rows)
     return PendingStart(txn, request)
 
 
@@ -124,9 +127,12 @@ def start_plain(txn: PgTxn, request: StartRequest) -> Started:
 
 
 def append_events(txn: PgTxn, drafts: Iterable[EventDraft]) -> None:
-    """Queue ``drafts`` in order, stamped with the transaction's time."""
-    for draft in drafts:
-        txn.run_later("event_insert_folded", _event_params(txn, draft))
+    """Queue ``drafts`` in order, stamped with the transaction's time: one statement."""
+    txn.run_rows_later("event_insert_folded", [_event_row(txn, draft) for draft in drafts])
+
+
+def _event_row(txn: PgTxn, draft: EventDraft) -> tuple[str, dict[str, Any]]:
+    return "event_row_folded", _event_params(txn, draft)
 
 
 def _event_params(txn: PgTxn, draft: EventDraft) -> dict[str, Any]:
@@ -191,7 +197,7 @@ def record(
 
 
 def append_receipt(txn: PgTxn, draft: Mapping[str, Any]) -> PendingReceipt:
-    """Queue the head lock, the receipt linked on the server and the head's advance.
+    """Queue the head lock, then the receipt linked on the server with the head's advance.
 
     The document is rendered here, canonical, with two random marks for ``seq`` (a JSON
     string, replaced with the number) and ``prev_hash`` (replaced inside its quotes); the
@@ -215,5 +221,4 @@ def append_receipt(txn: PgTxn, draft: Mapping[str, Any]) -> PendingReceipt:
             "prev_mark": prev_mark,
         },
     )
-    txn.run_later("chain_head_advance_folded", {"receipt_id": receipt_id})
     return PendingReceipt(txn, receipt_id)

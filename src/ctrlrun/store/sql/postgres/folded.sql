@@ -30,23 +30,6 @@ ins AS (
 SELECT t.now AS now, {schema}.ctrlrun_expect_one((SELECT count(*) FROM ins)) AS inserted
 FROM t;
 
--- name: event_insert_reserved_folded
--- EFFECT_RESERVED, whose data names the lease's expiry: the client rendered the data with a
--- random mark where the time goes, and the server writes the expiry it stamped, formatted as
--- Python's datetime.isoformat() writes a UTC time (no fraction when it is whole seconds).
-INSERT INTO {schema}.events (ts, type, action_id, effect_key, approval_id, data_json)
-SELECT t.now, %(type)s, %(action_id)s, %(effect_key)s, %(approval_id)s,
-       replace(%(data_json)s, %(lease_mark)s,
-               to_char(t.expiry, 'YYYY-MM-DD"T"HH24:MI:SS')
-               || CASE WHEN date_part('microseconds', t.expiry)::bigint %% 1000000 = 0 THEN ''
-                       ELSE to_char(t.expiry, '.US') END
-               || '+00:00')
-FROM (
-    SELECT COALESCE(%(now)s::timestamptz, now()) AS now,
-           (COALESCE(%(now)s::timestamptz, now()) + %(lease_us)s * interval '1 microsecond')
-               AT TIME ZONE 'UTC' AS expiry
-) AS t;
-
 -- name: effect_move_folded
 -- effect_move stamped with the transaction's time, guarded: a move that matches no row raises
 -- CR001 and the server skips the rest of the message, COMMIT included.
@@ -63,31 +46,56 @@ WITH moved AS (
 SELECT {schema}.ctrlrun_expect_one((SELECT count(*) FROM moved)) AS moved;
 
 -- name: event_insert_folded
-INSERT INTO {schema}.events (ts, type, action_id, effect_key, approval_id, data_json)
-VALUES (COALESCE(%(now)s::timestamptz, now()), %(type)s, %(action_id)s, %(effect_key)s,
-        %(approval_id)s, %(data_json)s);
+-- A transaction's events in one statement: this head, then one row per event in order (the
+-- identity column numbers them in the order of the VALUES list).
+INSERT INTO {schema}.events (ts, type, action_id, effect_key, approval_id, data_json) VALUES;
+
+-- name: event_row_folded
+(COALESCE(%(now)s::timestamptz, now()), %(type)s, %(action_id)s, %(effect_key)s,
+ %(approval_id)s, %(data_json)s);
+
+-- name: event_row_reserved_folded
+-- EFFECT_RESERVED, whose data names the lease's expiry: the client rendered the data with a
+-- random mark where the time goes, and the server writes the expiry it stamped, formatted as
+-- Python's datetime.isoformat() writes a UTC time (no fraction when it is whole seconds).
+(COALESCE(%(now)s::timestamptz, now()), %(type)s, %(action_id)s, %(effect_key)s,
+ %(approval_id)s,
+ replace(%(data_json)s, %(lease_mark)s,
+         to_char((COALESCE(%(now)s::timestamptz, now()) + %(lease_us)s * interval '1 microsecond')
+                     AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS')
+         || CASE WHEN date_part('microseconds', COALESCE(%(now)s::timestamptz, now())
+                                + %(lease_us)s * interval '1 microsecond')::bigint %% 1000000 = 0
+                 THEN ''
+                 ELSE to_char((COALESCE(%(now)s::timestamptz, now())
+                               + %(lease_us)s * interval '1 microsecond') AT TIME ZONE 'UTC',
+                              '.US') END
+         || '+00:00'));
 
 -- name: receipt_append_folded
 -- The chained receipt linked on the server, after chain_head_lock in the same message (this
 -- statement's snapshot is taken under the lock, so it reads the newest head): the document is
 -- the canonical text the client rendered with two random marks standing for seq and prev_hash,
--- the hash is SHA-256 over the stored text's UTF-8 bytes — what verify_chain recomputes.
-INSERT INTO {schema}.receipts
-    (receipt_id, seq, action_id, effect_key, result, document, hash, created_at)
-SELECT %(receipt_id)s, d.seq, %(action_id)s, %(effect_key)s, %(result)s, d.document,
-       'sha256:' || encode(sha256(convert_to(d.document, 'UTF8')), 'hex'),
-       COALESCE(%(now)s::timestamptz, now())
-FROM (
+-- the hash is SHA-256 over the stored text's UTF-8 bytes — what verify_chain recomputes. The
+-- head follows the receipt in the same statement (a data-modifying CTE: the locked row, 1 row).
+WITH d AS (
     SELECT c.seq + 1 AS seq,
            replace(replace(%(template)s, %(seq_mark)s, (c.seq + 1)::text), %(prev_mark)s, c.hash)
                AS document
     FROM {schema}.receipt_chain AS c
     WHERE c.id = 1
-) AS d
-RETURNING seq, document, hash;
-
--- name: chain_head_advance_folded
--- The head follows the receipt this transaction just appended (the row is locked: 1 row).
-UPDATE {schema}.receipt_chain AS c SET seq = r.seq, hash = r.hash
-FROM {schema}.receipts AS r
-WHERE c.id = 1 AND r.receipt_id = %(receipt_id)s;
+),
+r AS (
+    INSERT INTO {schema}.receipts
+        (receipt_id, seq, action_id, effect_key, result, document, hash, created_at)
+    SELECT %(receipt_id)s, d.seq, %(action_id)s, %(effect_key)s, %(result)s, d.document,
+           'sha256:' || encode(sha256(convert_to(d.document, 'UTF8')), 'hex'),
+           COALESCE(%(now)s::timestamptz, now())
+    FROM d
+    RETURNING seq, document, hash
+),
+head AS (
+    UPDATE {schema}.receipt_chain AS c SET seq = r.seq, hash = r.hash
+    FROM r
+    WHERE c.id = 1
+)
+SELECT r.seq, r.document, r.hash FROM r;

@@ -60,17 +60,6 @@ def start_effect(txn: PgTxn, request: StartRequest) -> PendingStart:
     assert request.effect_key is not None
     state = EffectState.EXECUTING if request.execute else EffectState.RESERVED
     lease_us = request.lease // _MICROSECOND
-    txn.fetch_later(
-        "effect_reserve_folded",
-        {
-            "now": txn.now_param,
-            "effect_key": request.effect_key,
-            "state": str(state),
-            "action_id": request.action_id,
-            "lease_us": lease_us,
-            "lease": request.lease,
-        },
-    )
     mark = f"ctrlrun-lease-{uuid.uuid4().hex}"
     reserved = EventDraft(
         EventType.EFFECT_RESERVED,
@@ -90,7 +79,20 @@ def start_effect(txn: PgTxn, request: StartRequest) -> PendingStart:
             EventType.EXECUTION_STARTED, request.action_id, request.effect_key, data={"attempt": 1}
         )
         rows.append(_event_row(txn, started))
-    txn.run_rows_later("event_insert_folded", rows)
+    txn.run_later_with_rows(
+        "effect_reserve_folded",
+        {
+            "now": txn.now_param,
+            "effect_key": request.effect_key,
+            "state": str(state),
+            "action_id": request.action_id,
+            "lease_us": lease_us,
+            "lease": request.lease,
+        },
+        "event_insert_folded",
+        rows,
+        fetch=True,
+    )
     return PendingStart(txn, request)
 
 
@@ -168,7 +170,7 @@ def finish(txn: PgTxn, request: FinishRequest) -> PendingReceipt:
     for the COMMIT's message."""
     txn.lean()
     if request.effect_key is not None and request.outcome is not None:
-        txn.run_later(
+        txn.run_later_with_rows(
             "effect_move_folded",
             {
                 "now": txn.now_param,
@@ -182,8 +184,11 @@ def finish(txn: PgTxn, request: FinishRequest) -> PendingReceipt:
                 "action_id": request.action_id,
                 "attempt": request.attempt or 0,
             },
+            "event_insert_folded",
+            [_event_row(txn, draft) for draft in request.events],
         )
-    append_events(txn, request.events)
+    else:
+        append_events(txn, request.events)
     return append_receipt(txn, request.receipt)
 
 
@@ -197,7 +202,7 @@ def record(
 
 
 def append_receipt(txn: PgTxn, draft: Mapping[str, Any]) -> PendingReceipt:
-    """Queue the head lock, then the receipt linked on the server with the head's advance.
+    """Queue the head lock, the receipt linked on the server and the head's advance.
 
     The document is rendered here, canonical, with two random marks for ``seq`` (a JSON
     string, replaced with the number) and ``prev_hash`` (replaced inside its quotes); the
@@ -221,4 +226,5 @@ def append_receipt(txn: PgTxn, draft: Mapping[str, Any]) -> PendingReceipt:
             "prev_mark": prev_mark,
         },
     )
+    txn.run_later("chain_head_advance_folded", {"receipt_id": receipt_id})
     return PendingReceipt(txn, receipt_id)

@@ -37,6 +37,8 @@ from ctrlrun.store.postgres.witness import DEFERRABLE, EFFECT_WRITES, Witness
 
 Row = dict[str, Any]
 _NUL = "\x00"
+ROWS_MARK = "/*rows*/"
+"""Where a folded statement takes a multi-row insert as one more CTE (``run_later_with_rows``)."""
 _PLACEHOLDER = re.compile(r"%%|%\((\w+)\)s|%")
 
 
@@ -154,6 +156,34 @@ class PgTxn:
     def run_rows_later(self, query: str, rows: Iterable[tuple[str, Mapping[str, Any]]]) -> None:
         """Queue one multi-row statement: ``query`` (ending in ``VALUES``) followed by each
         row's query bound to its parameters. For plain inserts only (no effect writes)."""
+        text = self._rows(query, rows)
+        if text is not None:
+            self._pending.append(text)
+
+    def run_later_with_rows(
+        self,
+        query: str,
+        params: Mapping[str, Any],
+        rows_query: str,
+        rows: Iterable[tuple[str, Mapping[str, Any]]],
+        *,
+        fetch: bool = False,
+    ) -> None:
+        """``run_later`` (``fetch_later`` with ``fetch``) of ``query`` with the multi-row
+        insert ``rows_query`` + ``rows`` folded in as one more data-modifying CTE where the
+        query says ``/*rows*/``: one statement, which fails whole if ``query`` fails."""
+        if query in EFFECT_WRITES and query not in DEFERRABLE:
+            raise AssertionError(f"{query} needs its row count checked; it cannot be deferred")
+        inserted = self._rows(rows_query, rows)
+        head, tail = self._queries[query].split(ROWS_MARK)
+        bound = self._stamp(query, params)
+        folded = "" if inserted is None else f", rows AS ({inserted})"
+        if fetch:
+            self._wanted[len(self._pending)] = query
+        self._pending.append(self._bind_text(head, bound) + folded + self._bind_text(tail, bound))
+        self.witness.saw(query, bound, 1)
+
+    def _rows(self, query: str, rows: Iterable[tuple[str, Mapping[str, Any]]]) -> str | None:
         bound: list[str] = []
         for row_query, params in rows:
             if row_query in EFFECT_WRITES or query in EFFECT_WRITES:
@@ -161,8 +191,7 @@ class PgTxn:
             stamped = self._stamp(row_query, params)
             bound.append(self._bind(row_query, stamped))
             self.witness.saw(row_query, stamped, 1)
-        if bound:
-            self._pending.append(self._queries[query] + "\n" + ",\n".join(bound))
+        return self._queries[query] + "\n" + ",\n".join(bound) if bound else None
 
     def fetch_later(self, query: str, params: Mapping[str, Any]) -> None:
         """``run_later``, keeping the statement's rows in ``returned[query]`` once it is sent
@@ -259,10 +288,12 @@ class PgTxn:
             index += 1
 
     def _bind(self, query: str, params: Mapping[str, Any]) -> str:
-        """``query`` with its parameters as SQL literals, exactly as psycopg's
+        return self._bind_text(self._queries[query], params)
+
+    def _bind_text(self, text: str, params: Mapping[str, Any]) -> str:
+        """``text`` with its parameters as SQL literals, exactly as psycopg's
         ``ClientCursor.mogrify`` writes them (the same ``Transformer.as_literal``; ``None`` is
         ``NULL``), without re-parsing the query and re-creating the adapters each time."""
-        text = self._queries[query]
         split = _split(text)
         if split is None:
             if self._client is None:

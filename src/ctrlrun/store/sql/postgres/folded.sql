@@ -15,7 +15,8 @@ SET LOCAL search_path TO {schema};
 -- The reservation of an absent key, with BEGIN and the COMMIT in one message: insert attempt 1
 -- stamped with the transaction's time and lease (whole microseconds, so the client's sum is
 -- the same instant), guarded: a key that exists raises CR001 and nothing commits. The unique
--- key decides the one winner.
+-- key decides the one winner. The transaction's events travel in the same statement, as a CTE
+-- where /*rows*/ stands (event_insert_folded): they fail with it.
 WITH t AS (SELECT COALESCE(%(now)s::timestamptz, now()) AS now),
 ins AS (
     INSERT INTO {schema}.effects
@@ -26,13 +27,14 @@ ins AS (
     FROM t
     ON CONFLICT (effect_key) DO NOTHING
     RETURNING 1
-)
+) /*rows*/
 SELECT t.now AS now, {schema}.ctrlrun_expect_one((SELECT count(*) FROM ins)) AS inserted
 FROM t;
 
 -- name: effect_move_folded
 -- effect_move stamped with the transaction's time, guarded: a move that matches no row raises
--- CR001 and the server skips the rest of the message, COMMIT included.
+-- CR001 and the server skips the rest of the message, COMMIT included. The transaction's events
+-- travel in the same statement, as a CTE where /*rows*/ stands.
 WITH moved AS (
     UPDATE {schema}.effects
     SET state = %(state)s, updated_at = COALESCE(%(now)s::timestamptz, now()),
@@ -42,7 +44,7 @@ WITH moved AS (
     WHERE effect_key = %(effect_key)s AND state = %(from_state)s AND action_id = %(action_id)s
       AND attempt = %(attempt)s
     RETURNING 1
-)
+) /*rows*/
 SELECT {schema}.ctrlrun_expect_one((SELECT count(*) FROM moved)) AS moved;
 
 -- name: event_insert_folded
@@ -75,27 +77,23 @@ INSERT INTO {schema}.events (ts, type, action_id, effect_key, approval_id, data_
 -- The chained receipt linked on the server, after chain_head_lock in the same message (this
 -- statement's snapshot is taken under the lock, so it reads the newest head): the document is
 -- the canonical text the client rendered with two random marks standing for seq and prev_hash,
--- the hash is SHA-256 over the stored text's UTF-8 bytes — what verify_chain recomputes. The
--- head follows the receipt in the same statement (a data-modifying CTE: the locked row, 1 row).
-WITH d AS (
+-- the hash is SHA-256 over the stored text's UTF-8 bytes — what verify_chain recomputes.
+INSERT INTO {schema}.receipts
+    (receipt_id, seq, action_id, effect_key, result, document, hash, created_at)
+SELECT %(receipt_id)s, d.seq, %(action_id)s, %(effect_key)s, %(result)s, d.document,
+       'sha256:' || encode(sha256(convert_to(d.document, 'UTF8')), 'hex'),
+       COALESCE(%(now)s::timestamptz, now())
+FROM (
     SELECT c.seq + 1 AS seq,
            replace(replace(%(template)s, %(seq_mark)s, (c.seq + 1)::text), %(prev_mark)s, c.hash)
                AS document
     FROM {schema}.receipt_chain AS c
     WHERE c.id = 1
-),
-r AS (
-    INSERT INTO {schema}.receipts
-        (receipt_id, seq, action_id, effect_key, result, document, hash, created_at)
-    SELECT %(receipt_id)s, d.seq, %(action_id)s, %(effect_key)s, %(result)s, d.document,
-           'sha256:' || encode(sha256(convert_to(d.document, 'UTF8')), 'hex'),
-           COALESCE(%(now)s::timestamptz, now())
-    FROM d
-    RETURNING seq, document, hash
-),
-head AS (
-    UPDATE {schema}.receipt_chain AS c SET seq = r.seq, hash = r.hash
-    FROM r
-    WHERE c.id = 1
-)
-SELECT r.seq, r.document, r.hash FROM r;
+) AS d
+RETURNING seq, document, hash;
+
+-- name: chain_head_advance_folded
+-- The head follows the receipt this transaction just appended (the row is locked: 1 row).
+UPDATE {schema}.receipt_chain AS c SET seq = r.seq, hash = r.hash
+FROM {schema}.receipts AS r
+WHERE c.id = 1 AND r.receipt_id = %(receipt_id)s;

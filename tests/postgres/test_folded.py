@@ -297,6 +297,7 @@ class TestTheBinder:
         None,
         "plain",
         'it\'s "quoted"',
+        '{"a":"b\'c","d":[1,2.5,null]} ' * 40,
         "back\\slash \\x00 and \\' ",
         "ü 🎉 \u2028",
         "%(not_a_name)s %% 100%",
@@ -308,8 +309,9 @@ class TestTheBinder:
         timedelta(seconds=30, microseconds=5),
     )
 
+    @pytest.mark.parametrize("conforming", ["on", "off"])
     @pytest.mark.parametrize("value", VALUES, ids=repr)
-    def test_every_folded_statement_binds_as_mogrify_does(self, pg_schema, value):
+    def test_every_folded_statement_binds_as_mogrify_does(self, pg_schema, value, conforming):
         import psycopg
         from psycopg.rows import dict_row
 
@@ -325,6 +327,7 @@ class TestTheBinder:
             "receipt_append_folded",
         ]
         with pg_schema.connect(row_factory=dict_row) as conn:
+            conn.execute(f"SET standard_conforming_strings = {conforming}")
             txn = PgTxn(conn, queries, schema=pg_schema.schema)
             client = psycopg.ClientCursor(conn)
             for name in names:

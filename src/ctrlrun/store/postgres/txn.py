@@ -77,6 +77,7 @@ class PgTxn:
         "_now",
         "_now_source",
         "_pending",
+        "_plain_quotes",
         "_queries",
         "_schema",
         "_tx",
@@ -101,6 +102,7 @@ class PgTxn:
         self._cur = conn.cursor()
         self._client: psycopg.ClientCursor[Any] | None = None
         self._tx: abc.Transformer | None = None
+        self._plain_quotes = False
         self._pending: list[str] = []
         self._wanted: dict[int, str] = {}
         self.returned: dict[str, list[Row]] = {}
@@ -302,11 +304,26 @@ class PgTxn:
         pieces, names = split
         if self._tx is None:
             self._tx = Transformer(self._conn)
-        literal, encoding = self._tx.as_literal, self._tx.encoding
+            conforming = self._conn.info.parameter_status("standard_conforming_strings")
+            self._plain_quotes = conforming == "on"
+        literal, encoding, plain = self._tx.as_literal, self._tx.encoding, self._plain_quotes
         out = [pieces[0]]
         for name, piece in zip(names, pieces[1:], strict=True):
             value = params[name]
-            out.append("NULL" if value is None else literal(value).decode(encoding))
+            if value is None:
+                out.append("NULL")
+            elif (
+                plain
+                and type(value) is str
+                and value.isascii()
+                and "\\" not in value
+                and _NUL not in value
+            ):
+                # what psycopg writes for ASCII text without a backslash or NUL when
+                # backslashes are literal (standard_conforming_strings): quotes doubled
+                out.append("'" + value.replace("'", "''") + "'")
+            else:
+                out.append(literal(value).decode(encoding))
             out.append(piece)
         return "".join(out)
 

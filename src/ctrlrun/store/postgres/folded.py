@@ -202,7 +202,8 @@ def record(
 
 
 def append_receipt(txn: PgTxn, draft: Mapping[str, Any]) -> PendingReceipt:
-    """Queue the head lock, the receipt linked on the server and the head's advance.
+    """Queue the receipt, linked on the server: ``ctrlrun_append_receipt`` locks the head,
+    inserts the receipt linked to it and advances the head (migration 0005).
 
     The document is rendered here, canonical, with two random marks for ``seq`` (a JSON
     string, replaced with the number) and ``prev_hash`` (replaced inside its quotes); the
@@ -212,7 +213,6 @@ def append_receipt(txn: PgTxn, draft: Mapping[str, Any]) -> PendingReceipt:
     seq_mark, prev_mark = f"ctrlrun-seq-{nonce}", f"ctrlrun-prev-{nonce}"
     template = canonical_text({**draft, "seq": seq_mark, "prev_hash": prev_mark})
     receipt_id = str(draft["receipt_id"])
-    txn.run_later("chain_head_lock", {})
     txn.fetch_later(
         "receipt_append_folded",
         {
@@ -226,5 +226,4 @@ def append_receipt(txn: PgTxn, draft: Mapping[str, Any]) -> PendingReceipt:
             "prev_mark": prev_mark,
         },
     )
-    txn.run_later("chain_head_advance_folded", {"receipt_id": receipt_id})
     return PendingReceipt(txn, receipt_id)

@@ -74,26 +74,12 @@ INSERT INTO {schema}.events (ts, type, action_id, effect_key, approval_id, data_
          || '+00:00'));
 
 -- name: receipt_append_folded
--- The chained receipt linked on the server, after chain_head_lock in the same message (this
--- statement's snapshot is taken under the lock, so it reads the newest head): the document is
--- the canonical text the client rendered with two random marks standing for seq and prev_hash,
--- the hash is SHA-256 over the stored text's UTF-8 bytes — what verify_chain recomputes.
-INSERT INTO {schema}.receipts
-    (receipt_id, seq, action_id, effect_key, result, document, hash, created_at)
-SELECT %(receipt_id)s, d.seq, %(action_id)s, %(effect_key)s, %(result)s, d.document,
-       'sha256:' || encode(sha256(convert_to(d.document, 'UTF8')), 'hex'),
-       COALESCE(%(now)s::timestamptz, now())
-FROM (
-    SELECT c.seq + 1 AS seq,
-           replace(replace(%(template)s, %(seq_mark)s, (c.seq + 1)::text), %(prev_mark)s, c.hash)
-               AS document
-    FROM {schema}.receipt_chain AS c
-    WHERE c.id = 1
-) AS d
-RETURNING seq, document, hash;
-
--- name: chain_head_advance_folded
--- The head follows the receipt this transaction just appended (the row is locked: 1 row).
-UPDATE {schema}.receipt_chain AS c SET seq = r.seq, hash = r.hash
-FROM {schema}.receipts AS r
-WHERE c.id = 1 AND r.receipt_id = %(receipt_id)s;
+-- The chained receipt linked on the server by ctrlrun_append_receipt (migration 0005): the head
+-- locked, the receipt linked to it and hashed, the head advanced, in this transaction. The
+-- document is the canonical text the client rendered with two random marks standing for seq
+-- and prev_hash; the hash is SHA-256 over the stored text's UTF-8 bytes.
+SELECT a.seq, a.document, a.hash
+FROM {schema}.ctrlrun_append_receipt(
+    %(receipt_id)s, %(action_id)s, %(effect_key)s, %(result)s, %(template)s, %(seq_mark)s,
+    %(prev_mark)s, %(now)s::timestamptz
+) AS a;

@@ -307,6 +307,8 @@ class TestTheBinder:
         True,
         T0,
         timedelta(seconds=30, microseconds=5),
+        ["EFFECT_RESERVED", None, "q\"'\\", "ü"],
+        [None, None],
     )
 
     @pytest.mark.parametrize("conforming", ["on", "off"])
@@ -323,7 +325,6 @@ class TestTheBinder:
             "effect_reserve_folded",
             "effect_move_folded",
             "event_row_folded",
-            "event_row_reserved_folded",
             "receipt_append_folded",
         ]
         with pg_schema.connect(row_factory=dict_row) as conn:

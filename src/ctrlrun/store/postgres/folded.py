@@ -67,19 +67,16 @@ def start_effect(txn: PgTxn, request: StartRequest) -> PendingStart:
         request.effect_key,
         data={"attempt": 1, "lease_expires_at": mark},
     )
-    rows = [_event_row(txn, draft) for draft in request.events]
-    rows.append(
-        (
-            "event_row_reserved_folded",
-            {**_event_params(txn, reserved), "lease_us": lease_us, "lease_mark": mark},
-        )
-    )
+    drafts = [*request.events, reserved]
+    mark_row = len(drafts)  # 1-based, as WITH ORDINALITY counts
     if request.execute:
-        started = EventDraft(
-            EventType.EXECUTION_STARTED, request.action_id, request.effect_key, data={"attempt": 1}
+        attempt = {"attempt": 1}
+        drafts.append(
+            EventDraft(
+                EventType.EXECUTION_STARTED, request.action_id, request.effect_key, data=attempt
+            )
         )
-        rows.append(_event_row(txn, started))
-    txn.run_later_with_rows(
+    txn.fetch_later(
         "effect_reserve_folded",
         {
             "now": txn.now_param,
@@ -88,10 +85,14 @@ def start_effect(txn: PgTxn, request: StartRequest) -> PendingStart:
             "action_id": request.action_id,
             "lease_us": lease_us,
             "lease": request.lease,
+            "lease_mark": mark,
+            "mark_row": mark_row,
+            "e_type": [str(d.type) for d in drafts],
+            "e_action_id": [d.action_id for d in drafts],
+            "e_effect_key": [d.effect_key for d in drafts],
+            "e_approval_id": [d.approval_id for d in drafts],
+            "e_data": [event_data_json(d.data) for d in drafts],
         },
-        "event_insert_folded",
-        rows,
-        fetch=True,
     )
     return PendingStart(txn, request)
 

@@ -12,24 +12,17 @@ BEGIN;
 SET LOCAL search_path TO {schema};
 
 -- name: effect_reserve_folded
--- The reservation of an absent key, with BEGIN and the COMMIT in one message: insert attempt 1
--- stamped with the transaction's time and lease (whole microseconds, so the client's sum is
--- the same instant), guarded: a key that exists raises CR001 and nothing commits. The unique
--- key decides the one winner. The transaction's events travel in the same statement, as a CTE
--- where /*rows*/ stands (event_insert_folded): they fail with it.
-WITH t AS (SELECT COALESCE(%(now)s::timestamptz, now()) AS now),
-ins AS (
-    INSERT INTO {schema}.effects
-        (effect_key, state, action_id, attempt, created_at, updated_at, lease_expires_at,
-         write_token)
-    SELECT %(effect_key)s, %(state)s, %(action_id)s, 1, t.now, t.now,
-           t.now + %(lease_us)s * interval '1 microsecond', %(write_token)s
-    FROM t
-    ON CONFLICT (effect_key) DO NOTHING
-    RETURNING 1
-) /*rows*/
-SELECT t.now AS now, {schema}.ctrlrun_expect_one((SELECT count(*) FROM ins)) AS inserted
-FROM t;
+-- The reservation of an absent key and the transaction's events, by ctrlrun_reserve (migration
+-- 0005): attempt 1 stamped with the transaction's time and lease (whole microseconds, so the
+-- client's sum is the same instant), guarded: a key that exists raises CR001 and nothing
+-- commits. The unique key decides the one winner. Returns the transaction's time.
+SELECT r.stamped_at AS now
+FROM {schema}.ctrlrun_reserve(
+    %(effect_key)s, %(state)s, %(action_id)s, %(lease_us)s, %(write_token)s,
+    %(now)s::timestamptz, %(lease_mark)s, %(mark_row)s,
+    %(e_type)s::text[], %(e_action_id)s::text[], %(e_effect_key)s::text[],
+    %(e_approval_id)s::text[], %(e_data)s::text[]
+) AS r;
 
 -- name: effect_move_folded
 -- effect_move stamped with the transaction's time, guarded: a move that matches no row raises
@@ -55,23 +48,6 @@ INSERT INTO {schema}.events (ts, type, action_id, effect_key, approval_id, data_
 -- name: event_row_folded
 (COALESCE(%(now)s::timestamptz, now()), %(type)s, %(action_id)s, %(effect_key)s,
  %(approval_id)s, %(data_json)s);
-
--- name: event_row_reserved_folded
--- EFFECT_RESERVED, whose data names the lease's expiry: the client rendered the data with a
--- random mark where the time goes, and the server writes the expiry it stamped, formatted as
--- Python's datetime.isoformat() writes a UTC time (no fraction when it is whole seconds).
-(COALESCE(%(now)s::timestamptz, now()), %(type)s, %(action_id)s, %(effect_key)s,
- %(approval_id)s,
- replace(%(data_json)s, %(lease_mark)s,
-         to_char((COALESCE(%(now)s::timestamptz, now()) + %(lease_us)s * interval '1 microsecond')
-                     AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS')
-         || CASE WHEN date_part('microseconds', COALESCE(%(now)s::timestamptz, now())
-                                + %(lease_us)s * interval '1 microsecond')::bigint %% 1000000 = 0
-                 THEN ''
-                 ELSE to_char((COALESCE(%(now)s::timestamptz, now())
-                               + %(lease_us)s * interval '1 microsecond') AT TIME ZONE 'UTC',
-                              '.US') END
-         || '+00:00'));
 
 -- name: receipt_append_folded
 -- The chained receipt linked on the server by ctrlrun_append_receipt (migration 0005): the head

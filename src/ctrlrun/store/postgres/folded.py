@@ -87,11 +87,7 @@ def start_effect(txn: PgTxn, request: StartRequest) -> PendingStart:
             "lease": request.lease,
             "lease_mark": mark,
             "mark_row": mark_row,
-            "e_type": [str(d.type) for d in drafts],
-            "e_action_id": [d.action_id for d in drafts],
-            "e_effect_key": [d.effect_key for d in drafts],
-            "e_approval_id": [d.approval_id for d in drafts],
-            "e_data": [event_data_json(d.data) for d in drafts],
+            **_event_arrays(drafts),
         },
     )
     return PendingStart(txn, request)
@@ -134,6 +130,18 @@ def append_events(txn: PgTxn, drafts: Iterable[EventDraft]) -> None:
     txn.run_rows_later("event_insert_folded", [_event_row(txn, draft) for draft in drafts])
 
 
+def _event_arrays(drafts: Iterable[EventDraft]) -> dict[str, list[Any]]:
+    """Events as the parallel arrays ``ctrlrun_reserve`` and ``ctrlrun_move`` insert in order."""
+    listed = list(drafts)
+    return {
+        "e_type": [str(d.type) for d in listed],
+        "e_action_id": [d.action_id for d in listed],
+        "e_effect_key": [d.effect_key for d in listed],
+        "e_approval_id": [d.approval_id for d in listed],
+        "e_data": [event_data_json(d.data) for d in listed],
+    }
+
+
 def _event_row(txn: PgTxn, draft: EventDraft) -> tuple[str, dict[str, Any]]:
     return "event_row_folded", _event_params(txn, draft)
 
@@ -171,7 +179,7 @@ def finish(txn: PgTxn, request: FinishRequest) -> PendingReceipt:
     for the COMMIT's message."""
     txn.lean()
     if request.effect_key is not None and request.outcome is not None:
-        txn.run_later_with_rows(
+        txn.run_later(
             "effect_move_folded",
             {
                 "now": txn.now_param,
@@ -184,9 +192,8 @@ def finish(txn: PgTxn, request: FinishRequest) -> PendingReceipt:
                 "from_state": str(EffectState.EXECUTING),
                 "action_id": request.action_id,
                 "attempt": request.attempt or 0,
+                **_event_arrays(request.events),
             },
-            "event_insert_folded",
-            [_event_row(txn, draft) for draft in request.events],
         )
     else:
         append_events(txn, request.events)

@@ -37,8 +37,6 @@ from ctrlrun.store.postgres.witness import DEFERRABLE, EFFECT_WRITES, Witness
 
 Row = dict[str, Any]
 _NUL = "\x00"
-ROWS_MARK = "/*rows*/"
-"""Where a folded statement takes a multi-row insert as one more CTE (``run_later_with_rows``)."""
 _PLACEHOLDER = re.compile(r"%%|%\((\w+)\)s|%")
 
 
@@ -161,29 +159,6 @@ class PgTxn:
         text = self._rows(query, rows)
         if text is not None:
             self._pending.append(text)
-
-    def run_later_with_rows(
-        self,
-        query: str,
-        params: Mapping[str, Any],
-        rows_query: str,
-        rows: Iterable[tuple[str, Mapping[str, Any]]],
-        *,
-        fetch: bool = False,
-    ) -> None:
-        """``run_later`` (``fetch_later`` with ``fetch``) of ``query`` with the multi-row
-        insert ``rows_query`` + ``rows`` folded in as one more data-modifying CTE where the
-        query says ``/*rows*/``: one statement, which fails whole if ``query`` fails."""
-        if query in EFFECT_WRITES and query not in DEFERRABLE:
-            raise AssertionError(f"{query} needs its row count checked; it cannot be deferred")
-        inserted = self._rows(rows_query, rows)
-        head, tail = self._queries[query].split(ROWS_MARK)
-        bound = self._stamp(query, params)
-        folded = "" if inserted is None else f", rows AS ({inserted})"
-        if fetch:
-            self._wanted[len(self._pending)] = query
-        self._pending.append(self._bind_text(head, bound) + folded + self._bind_text(tail, bound))
-        self.witness.saw(query, bound, 1)
 
     def _rows(self, query: str, rows: Iterable[tuple[str, Mapping[str, Any]]]) -> str | None:
         bound: list[str] = []

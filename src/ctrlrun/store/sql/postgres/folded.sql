@@ -25,20 +25,17 @@ FROM {schema}.ctrlrun_reserve(
 ) AS r;
 
 -- name: effect_move_folded
--- effect_move stamped with the transaction's time, guarded: a move that matches no row raises
--- CR001 and the server skips the rest of the message, COMMIT included. The transaction's events
--- travel in the same statement, as a CTE where /*rows*/ stands.
-WITH moved AS (
-    UPDATE {schema}.effects
-    SET state = %(state)s, updated_at = COALESCE(%(now)s::timestamptz, now()),
-        lease_expires_at = %(lease_expires_at)s, result_json = %(result_json)s,
-        error = %(error)s, resolved_by = COALESCE(%(resolved_by)s, resolved_by),
-        write_token = %(write_token)s
-    WHERE effect_key = %(effect_key)s AND state = %(from_state)s AND action_id = %(action_id)s
-      AND attempt = %(attempt)s
-    RETURNING 1
-) /*rows*/
-SELECT {schema}.ctrlrun_expect_one((SELECT count(*) FROM moved)) AS moved;
+-- effect_move stamped with the transaction's time, and the transaction's events, by
+-- ctrlrun_move (migration 0005), guarded: a move that matches no row raises CR001 and the
+-- server skips the rest of the message, COMMIT included.
+SELECT m.moved
+FROM {schema}.ctrlrun_move(
+    %(effect_key)s, %(state)s, %(lease_expires_at)s::timestamptz, %(result_json)s, %(error)s,
+    %(resolved_by)s, %(write_token)s, %(from_state)s, %(action_id)s, %(attempt)s,
+    %(now)s::timestamptz,
+    %(e_type)s::text[], %(e_action_id)s::text[], %(e_effect_key)s::text[],
+    %(e_approval_id)s::text[], %(e_data)s::text[]
+) AS m;
 
 -- name: event_insert_folded
 -- A transaction's events in one statement: this head, then one row per event in order (the

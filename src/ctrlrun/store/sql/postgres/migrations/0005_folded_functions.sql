@@ -83,3 +83,34 @@ BEGIN
     ORDER BY i;
 END
 $body$;
+
+-- ctrlrun_move runs the folded outcome's move (effect_move_folded) in the caller's
+-- transaction: effect_move stamped with the transaction's time (p_now, or the server's
+-- now()), the same compare-and-set on state, action and attempt, guarded by ctrlrun_expect_one
+-- (a move that matches no row raises CR001 and nothing commits), then the transaction's
+-- events in the order given, stamped with the same time. Nothing is decided here.
+CREATE FUNCTION {schema}.ctrlrun_move(
+    p_effect_key text, p_state text, p_lease_expires_at timestamptz, p_result_json text,
+    p_error text, p_resolved_by text, p_write_token text, p_from_state text, p_action_id text,
+    p_attempt integer, p_now timestamptz,
+    e_type text[], e_action_id text[], e_effect_key text[], e_approval_id text[], e_data text[],
+    OUT moved bigint
+)
+LANGUAGE plpgsql VOLATILE AS $body$
+DECLARE
+    stamped_at timestamptz := COALESCE(p_now, pg_catalog.now());
+BEGIN
+    UPDATE {schema}.effects AS f
+    SET state = p_state, updated_at = stamped_at, lease_expires_at = p_lease_expires_at,
+        result_json = p_result_json, error = p_error,
+        resolved_by = COALESCE(p_resolved_by, f.resolved_by), write_token = p_write_token
+    WHERE f.effect_key = p_effect_key AND f.state = p_from_state AND f.action_id = p_action_id
+      AND f.attempt = p_attempt;
+    GET DIAGNOSTICS moved = ROW_COUNT;
+    PERFORM {schema}.ctrlrun_expect_one(moved);
+    INSERT INTO {schema}.events (ts, type, action_id, effect_key, approval_id, data_json)
+    SELECT stamped_at, e_type[i], e_action_id[i], e_effect_key[i], e_approval_id[i], e_data[i]
+    FROM pg_catalog.generate_subscripts(e_type, 1) AS i
+    ORDER BY i;
+END
+$body$;

@@ -335,3 +335,20 @@ class TestTheBinder:
                 params = {m.group(1): value for m in _PLACEHOLDER.finditer(queries[name])}
                 params.pop(None, None)
                 assert txn._bind(name, params) == client.mogrify(queries[name], params)
+
+    @pytest.mark.parametrize(
+        "values",
+        [
+            [],
+            [None],
+            ["", "NULL", "null", '"', "\\", '\\"', "{}", "{a,b}", ",", " spaced ", "'"],
+            ['{"k":"v\\\\u0000 \\"q\\""}', "ü 🎉 \u2028", "\t\n\r", None, "x"],
+        ],
+        ids=repr,
+    )
+    def test_an_events_array_reads_back_as_the_list_it_was(self, pg_schema, values):
+        from ctrlrun.store.postgres.folded import text_array
+
+        with pg_schema.connect() as conn:
+            row = conn.execute("SELECT %s::text[]", [text_array(values)]).fetchone()
+        assert row is not None and row[0] == values

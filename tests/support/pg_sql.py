@@ -34,15 +34,19 @@ def execute(
         return cursor.fetchall() if cursor.description else []
 
 
-def wait_for_lock_waiter(server: PgServer, pattern: str, timeout: float = 30.0) -> None:
-    """Block until some backend whose query is LIKE ``pattern`` waits on a lock (a bounded
-    poll for a state, never a sleep to hit a race)."""
+def wait_for_lock_waiter(
+    server: PgServer, pattern: str, timeout: float = 30.0, *, event: str | None = None
+) -> None:
+    """Block until some backend whose query is LIKE ``pattern`` waits on a lock — of kind
+    ``event`` (``transactionid``, ``advisory``, …) when given, since one message may hold the
+    text of several statements — (a bounded poll for a state, never a sleep to hit a race)."""
     deadline = time.monotonic() + timeout
     with server.connect() as conn:
         while time.monotonic() < deadline:
             found = conn.execute(
-                "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
-                [pattern],
+                "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND query LIKE %s AND (%s::text IS NULL OR wait_event = %s::text)",
+                [pattern, event, event],
             ).fetchone()
             if found:
                 return

@@ -287,3 +287,68 @@ def test_eight_threads_appending_at_once_leave_one_unbroken_chain(direct):
     report = direct.verify_chain()
     assert report.ok and report.verified == 120
     assert sorted(r.seq for r in direct.receipts()) == list(range(1, 121))
+
+
+class TestTheBinder:
+    """``PgTxn`` binds the folded statements itself (one adapter per transaction, the query
+    cut once): the text must be exactly what psycopg's ``ClientCursor.mogrify`` writes."""
+
+    VALUES: tuple[Any, ...] = (
+        None,
+        "plain",
+        'it\'s "quoted"',
+        '{"a":"b\'c","d":[1,2.5,null]} ' * 40,
+        "back\\slash \\x00 and \\' ",
+        "ü 🎉 \u2028",
+        "%(not_a_name)s %% 100%",
+        0,
+        -7,
+        2**40,
+        True,
+        T0,
+        timedelta(seconds=30, microseconds=5),
+        ["EFFECT_RESERVED", None, "q\"'\\", "ü"],
+        [None, None],
+    )
+
+    @pytest.mark.parametrize("conforming", ["on", "off"])
+    @pytest.mark.parametrize("value", VALUES, ids=repr)
+    def test_every_folded_statement_binds_as_mogrify_does(self, pg_schema, value, conforming):
+        import psycopg
+        from psycopg.rows import dict_row
+
+        from ctrlrun.store.postgres.sqltext import queries_for
+        from ctrlrun.store.postgres.txn import _PLACEHOLDER, PgTxn
+
+        queries = queries_for(pg_schema.schema)
+        names = [
+            "effect_reserve_folded",
+            "effect_move_folded",
+            "event_row_folded",
+            "receipt_append_folded",
+        ]
+        with pg_schema.connect(row_factory=dict_row) as conn:
+            conn.execute(f"SET standard_conforming_strings = {conforming}")
+            txn = PgTxn(conn, queries, schema=pg_schema.schema)
+            client = psycopg.ClientCursor(conn)
+            for name in names:
+                params = {m.group(1): value for m in _PLACEHOLDER.finditer(queries[name])}
+                params.pop(None, None)
+                assert txn._bind(name, params) == client.mogrify(queries[name], params)
+
+    @pytest.mark.parametrize(
+        "values",
+        [
+            [],
+            [None],
+            ["", "NULL", "null", '"', "\\", '\\"', "{}", "{a,b}", ",", " spaced ", "'"],
+            ['{"k":"v\\\\u0000 \\"q\\""}', "ü 🎉 \u2028", "\t\n\r", None, "x"],
+        ],
+        ids=repr,
+    )
+    def test_an_events_array_reads_back_as_the_list_it_was(self, pg_schema, values):
+        from ctrlrun.store.postgres.folded import text_array
+
+        with pg_schema.connect() as conn:
+            row = conn.execute("SELECT %s::text[]", [text_array(values)]).fetchone()
+        assert row is not None and row[0] == values

@@ -4,14 +4,16 @@ The common case of each transaction is written here; everything else goes to the
 ``store/ops`` functions, which ask the planner:
 
 * ``start``: the reservation of an absent key (a guarded ``INSERT … ON CONFLICT DO NOTHING``,
-  stamped with the server's time) and the events, with ``BEGIN`` and ``COMMIT`` in one
-  message. A key that exists raises CR001 and nothing commits: the store then runs
-  ``start_action_in_txn``, which reads the record and plans, in a new transaction. A start
-  with an approval takes that shared path directly (the approval is read and checked first).
-* ``finish`` / ``record``: the outcome (a guarded ``effect_move``), the events, the head lock
-  and the receipt linked and hashed on the server, all in one message, so the chain's head row
-  is locked only while the server runs the tail of that message and flushes it. CR001 sends
-  the store to ``finish_action_in_txn`` in a new transaction.
+  stamped with the server's time) and the events, one call to ``ctrlrun_reserve`` (migration
+  0005), with ``BEGIN`` and ``COMMIT`` in one message. A key that exists raises CR001 and
+  nothing commits: the store then runs ``start_action_in_txn``, which reads the record and
+  plans, in a new transaction. A start with an approval takes that shared path directly (the
+  approval is read and checked first).
+* ``finish`` / ``record``: the outcome (a guarded ``effect_move``) and the events
+  (``ctrlrun_move``), the head lock, the receipt linked and hashed on the server and the head's
+  advance (``ctrlrun_append_receipt``), all in one message, so the chain's head row is locked
+  only while the server runs the tail of that message and flushes it. CR001 sends the store
+  to ``finish_action_in_txn`` in a new transaction.
 
 Every folded write is recorded in the witness, so a lost COMMIT is settled by re-reading as
 before; what only the server knew (its time, the receipt's seq) is read back when needed.
@@ -60,6 +62,22 @@ def start_effect(txn: PgTxn, request: StartRequest) -> PendingStart:
     assert request.effect_key is not None
     state = EffectState.EXECUTING if request.execute else EffectState.RESERVED
     lease_us = request.lease // _MICROSECOND
+    mark = f"ctrlrun-lease-{uuid.uuid4().hex}"
+    reserved = EventDraft(
+        EventType.EFFECT_RESERVED,
+        request.action_id,
+        request.effect_key,
+        data={"attempt": 1, "lease_expires_at": mark},
+    )
+    drafts = [*request.events, reserved]
+    mark_row = len(drafts)  # 1-based, as WITH ORDINALITY counts
+    if request.execute:
+        attempt = {"attempt": 1}
+        drafts.append(
+            EventDraft(
+                EventType.EXECUTION_STARTED, request.action_id, request.effect_key, data=attempt
+            )
+        )
     txn.fetch_later(
         "effect_reserve_folded",
         {
@@ -69,25 +87,11 @@ def start_effect(txn: PgTxn, request: StartRequest) -> PendingStart:
             "action_id": request.action_id,
             "lease_us": lease_us,
             "lease": request.lease,
+            "lease_mark": mark,
+            "mark_row": mark_row,
+            **_event_arrays(drafts),
         },
     )
-    append_events(txn, request.events)
-    mark = f"ctrlrun-lease-{uuid.uuid4().hex}"
-    reserved = EventDraft(
-        EventType.EFFECT_RESERVED,
-        request.action_id,
-        request.effect_key,
-        data={"attempt": 1, "lease_expires_at": mark},
-    )
-    txn.run_later(
-        "event_insert_reserved_folded",
-        {**_event_params(txn, reserved), "lease_us": lease_us, "lease_mark": mark},
-    )
-    if request.execute:
-        started = EventDraft(
-            EventType.EXECUTION_STARTED, request.action_id, request.effect_key, data={"attempt": 1}
-        )
-        append_events(txn, (started,))
     return PendingStart(txn, request)
 
 
@@ -124,9 +128,39 @@ def start_plain(txn: PgTxn, request: StartRequest) -> Started:
 
 
 def append_events(txn: PgTxn, drafts: Iterable[EventDraft]) -> None:
-    """Queue ``drafts`` in order, stamped with the transaction's time."""
-    for draft in drafts:
-        txn.run_later("event_insert_folded", _event_params(txn, draft))
+    """Queue ``drafts`` in order, stamped with the transaction's time: one statement."""
+    txn.run_rows_later("event_insert_folded", [_event_row(txn, draft) for draft in drafts])
+
+
+def _event_arrays(drafts: Iterable[EventDraft]) -> dict[str, str]:
+    """Events as the parallel arrays ``ctrlrun_reserve`` and ``ctrlrun_move`` insert in order,
+    each written as a ``text[]`` literal (bound as text, cast by the statement)."""
+    listed = list(drafts)
+    return {
+        "e_type": text_array([str(d.type) for d in listed]),
+        "e_action_id": text_array([d.action_id for d in listed]),
+        "e_effect_key": text_array([d.effect_key for d in listed]),
+        "e_approval_id": text_array([d.approval_id for d in listed]),
+        "e_data": text_array([event_data_json(d.data) for d in listed]),
+    }
+
+
+def text_array(values: Iterable[str | None]) -> str:
+    """The Postgres array literal of ``values`` (``'{"a",NULL}'``): every element quoted, a
+    backslash and a double quote escaped with a backslash, None as NULL. psycopg's list
+    adapter writes the same array, at several times the cost."""
+    return (
+        "{"
+        + ",".join(
+            "NULL" if value is None else '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+            for value in values
+        )
+        + "}"
+    )
+
+
+def _event_row(txn: PgTxn, draft: EventDraft) -> tuple[str, dict[str, Any]]:
+    return "event_row_folded", _event_params(txn, draft)
 
 
 def _event_params(txn: PgTxn, draft: EventDraft) -> dict[str, Any]:
@@ -175,9 +209,11 @@ def finish(txn: PgTxn, request: FinishRequest) -> PendingReceipt:
                 "from_state": str(EffectState.EXECUTING),
                 "action_id": request.action_id,
                 "attempt": request.attempt or 0,
+                **_event_arrays(request.events),
             },
         )
-    append_events(txn, request.events)
+    else:
+        append_events(txn, request.events)
     return append_receipt(txn, request.receipt)
 
 
@@ -191,7 +227,8 @@ def record(
 
 
 def append_receipt(txn: PgTxn, draft: Mapping[str, Any]) -> PendingReceipt:
-    """Queue the head lock, the receipt linked on the server and the head's advance.
+    """Queue the receipt, linked on the server: ``ctrlrun_append_receipt`` locks the head,
+    inserts the receipt linked to it and advances the head (migration 0005).
 
     The document is rendered here, canonical, with two random marks for ``seq`` (a JSON
     string, replaced with the number) and ``prev_hash`` (replaced inside its quotes); the
@@ -201,7 +238,6 @@ def append_receipt(txn: PgTxn, draft: Mapping[str, Any]) -> PendingReceipt:
     seq_mark, prev_mark = f"ctrlrun-seq-{nonce}", f"ctrlrun-prev-{nonce}"
     template = canonical_text({**draft, "seq": seq_mark, "prev_hash": prev_mark})
     receipt_id = str(draft["receipt_id"])
-    txn.run_later("chain_head_lock", {})
     txn.fetch_later(
         "receipt_append_folded",
         {
@@ -215,5 +251,4 @@ def append_receipt(txn: PgTxn, draft: Mapping[str, Any]) -> PendingReceipt:
             "prev_mark": prev_mark,
         },
     )
-    txn.run_later("chain_head_advance_folded", {"receipt_id": receipt_id})
     return PendingReceipt(txn, receipt_id)

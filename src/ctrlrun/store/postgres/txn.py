@@ -21,18 +21,48 @@
 
 from __future__ import annotations
 
+import re
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
+from functools import cache
 from typing import Any
 
 import psycopg
+from psycopg import abc
+from psycopg.adapt import Transformer
 
 from ctrlrun.store.postgres.connections import Connection
 from ctrlrun.store.postgres.witness import DEFERRABLE, EFFECT_WRITES, Witness
 
 Row = dict[str, Any]
 _NUL = "\x00"
+_PLACEHOLDER = re.compile(r"%%|%\((\w+)\)s|%")
+
+
+@cache
+def _split(text: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """``text`` cut at its ``%(name)s`` placeholders (``%%`` read as ``%``): the literal
+    pieces and the names between them, or None for any other use of ``%`` (left to
+    psycopg's ``mogrify``)."""
+    pieces: list[str] = []
+    names: list[str] = []
+    current: list[str] = []
+    last = 0
+    for match in _PLACEHOLDER.finditer(text):
+        current.append(text[last : match.start()])
+        last = match.end()
+        if match.group(0) == "%%":
+            current.append("%")
+        elif match.group(1) is None:
+            return None
+        else:
+            pieces.append("".join(current))
+            current = []
+            names.append(match.group(1))
+    current.append(text[last:])
+    pieces.append("".join(current))
+    return tuple(pieces), tuple(names)
 
 
 class PgTxn:
@@ -45,8 +75,10 @@ class PgTxn:
         "_now",
         "_now_source",
         "_pending",
+        "_plain_quotes",
         "_queries",
         "_schema",
+        "_tx",
         "_wanted",
         "returned",
         "witness",
@@ -67,6 +99,8 @@ class PgTxn:
         self._queries = queries
         self._cur = conn.cursor()
         self._client: psycopg.ClientCursor[Any] | None = None
+        self._tx: abc.Transformer | None = None
+        self._plain_quotes = False
         self._pending: list[str] = []
         self._wanted: dict[int, str] = {}
         self.returned: dict[str, list[Row]] = {}
@@ -118,6 +152,23 @@ class PgTxn:
         bound = self._stamp(query, params)
         self._pending.append(self._bind(query, bound))
         self.witness.saw(query, bound, 1)
+
+    def run_rows_later(self, query: str, rows: Iterable[tuple[str, Mapping[str, Any]]]) -> None:
+        """Queue one multi-row statement: ``query`` (ending in ``VALUES``) followed by each
+        row's query bound to its parameters. For plain inserts only (no effect writes)."""
+        text = self._rows(query, rows)
+        if text is not None:
+            self._pending.append(text)
+
+    def _rows(self, query: str, rows: Iterable[tuple[str, Mapping[str, Any]]]) -> str | None:
+        bound: list[str] = []
+        for row_query, params in rows:
+            if row_query in EFFECT_WRITES or query in EFFECT_WRITES:
+                raise AssertionError(f"{row_query} cannot be folded into a multi-row insert")
+            stamped = self._stamp(row_query, params)
+            bound.append(self._bind(row_query, stamped))
+            self.witness.saw(row_query, stamped, 1)
+        return self._queries[query] + "\n" + ",\n".join(bound) if bound else None
 
     def fetch_later(self, query: str, params: Mapping[str, Any]) -> None:
         """``run_later``, keeping the statement's rows in ``returned[query]`` once it is sent
@@ -214,9 +265,42 @@ class PgTxn:
             index += 1
 
     def _bind(self, query: str, params: Mapping[str, Any]) -> str:
-        if self._client is None:
-            self._client = psycopg.ClientCursor(self._conn)
-        return self._client.mogrify(self._queries[query], params)
+        return self._bind_text(self._queries[query], params)
+
+    def _bind_text(self, text: str, params: Mapping[str, Any]) -> str:
+        """``text`` with its parameters as SQL literals, exactly as psycopg's
+        ``ClientCursor.mogrify`` writes them (the same ``Transformer.as_literal``; ``None`` is
+        ``NULL``), without re-parsing the query and re-creating the adapters each time."""
+        split = _split(text)
+        if split is None:
+            if self._client is None:
+                self._client = psycopg.ClientCursor(self._conn)
+            return self._client.mogrify(text, params)
+        pieces, names = split
+        if self._tx is None:
+            self._tx = Transformer(self._conn)
+            conforming = self._conn.info.parameter_status("standard_conforming_strings")
+            self._plain_quotes = conforming == "on"
+        literal, encoding, plain = self._tx.as_literal, self._tx.encoding, self._plain_quotes
+        out = [pieces[0]]
+        for name, piece in zip(names, pieces[1:], strict=True):
+            value = params[name]
+            if value is None:
+                out.append("NULL")
+            elif (
+                plain
+                and type(value) is str
+                and value.isascii()
+                and "\\" not in value
+                and _NUL not in value
+            ):
+                # what psycopg writes for ASCII text without a backslash or NUL when
+                # backslashes are literal (standard_conforming_strings): quotes doubled
+                out.append("'" + value.replace("'", "''") + "'")
+            else:
+                out.append(literal(value).decode(encoding))
+            out.append(piece)
+        return "".join(out)
 
     def _stamp(self, query: str, params: Mapping[str, Any]) -> Mapping[str, Any]:
         """The parameters as written: effect writes carry this transaction's token; an error

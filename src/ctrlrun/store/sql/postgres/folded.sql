@@ -12,82 +12,47 @@ BEGIN;
 SET LOCAL search_path TO {schema};
 
 -- name: effect_reserve_folded
--- The reservation of an absent key, with BEGIN and the COMMIT in one message: insert attempt 1
--- stamped with the transaction's time and lease (whole microseconds, so the client's sum is
--- the same instant), guarded: a key that exists raises CR001 and nothing commits. The unique
--- key decides the one winner.
-WITH t AS (SELECT COALESCE(%(now)s::timestamptz, now()) AS now),
-ins AS (
-    INSERT INTO {schema}.effects
-        (effect_key, state, action_id, attempt, created_at, updated_at, lease_expires_at,
-         write_token)
-    SELECT %(effect_key)s, %(state)s, %(action_id)s, 1, t.now, t.now,
-           t.now + %(lease_us)s * interval '1 microsecond', %(write_token)s
-    FROM t
-    ON CONFLICT (effect_key) DO NOTHING
-    RETURNING 1
-)
-SELECT t.now AS now, {schema}.ctrlrun_expect_one((SELECT count(*) FROM ins)) AS inserted
-FROM t;
-
--- name: event_insert_reserved_folded
--- EFFECT_RESERVED, whose data names the lease's expiry: the client rendered the data with a
--- random mark where the time goes, and the server writes the expiry it stamped, formatted as
--- Python's datetime.isoformat() writes a UTC time (no fraction when it is whole seconds).
-INSERT INTO {schema}.events (ts, type, action_id, effect_key, approval_id, data_json)
-SELECT t.now, %(type)s, %(action_id)s, %(effect_key)s, %(approval_id)s,
-       replace(%(data_json)s, %(lease_mark)s,
-               to_char(t.expiry, 'YYYY-MM-DD"T"HH24:MI:SS')
-               || CASE WHEN date_part('microseconds', t.expiry)::bigint %% 1000000 = 0 THEN ''
-                       ELSE to_char(t.expiry, '.US') END
-               || '+00:00')
-FROM (
-    SELECT COALESCE(%(now)s::timestamptz, now()) AS now,
-           (COALESCE(%(now)s::timestamptz, now()) + %(lease_us)s * interval '1 microsecond')
-               AT TIME ZONE 'UTC' AS expiry
-) AS t;
+-- The reservation of an absent key and the transaction's events, by ctrlrun_reserve (migration
+-- 0005): attempt 1 stamped with the transaction's time and lease (whole microseconds, so the
+-- client's sum is the same instant), guarded: a key that exists raises CR001 and nothing
+-- commits. The unique key decides the one winner. Returns the transaction's time.
+SELECT r.stamped_at AS now
+FROM {schema}.ctrlrun_reserve(
+    %(effect_key)s, %(state)s, %(action_id)s, %(lease_us)s, %(write_token)s,
+    %(now)s::timestamptz, %(lease_mark)s, %(mark_row)s,
+    %(e_type)s::text[], %(e_action_id)s::text[], %(e_effect_key)s::text[],
+    %(e_approval_id)s::text[], %(e_data)s::text[]
+) AS r;
 
 -- name: effect_move_folded
--- effect_move stamped with the transaction's time, guarded: a move that matches no row raises
--- CR001 and the server skips the rest of the message, COMMIT included.
-WITH moved AS (
-    UPDATE {schema}.effects
-    SET state = %(state)s, updated_at = COALESCE(%(now)s::timestamptz, now()),
-        lease_expires_at = %(lease_expires_at)s, result_json = %(result_json)s,
-        error = %(error)s, resolved_by = COALESCE(%(resolved_by)s, resolved_by),
-        write_token = %(write_token)s
-    WHERE effect_key = %(effect_key)s AND state = %(from_state)s AND action_id = %(action_id)s
-      AND attempt = %(attempt)s
-    RETURNING 1
-)
-SELECT {schema}.ctrlrun_expect_one((SELECT count(*) FROM moved)) AS moved;
+-- effect_move stamped with the transaction's time, and the transaction's events, by
+-- ctrlrun_move (migration 0005), guarded: a move that matches no row raises CR001 and the
+-- server skips the rest of the message, COMMIT included.
+SELECT m.moved
+FROM {schema}.ctrlrun_move(
+    %(effect_key)s, %(state)s, %(lease_expires_at)s::timestamptz, %(result_json)s, %(error)s,
+    %(resolved_by)s, %(write_token)s, %(from_state)s, %(action_id)s, %(attempt)s,
+    %(now)s::timestamptz,
+    %(e_type)s::text[], %(e_action_id)s::text[], %(e_effect_key)s::text[],
+    %(e_approval_id)s::text[], %(e_data)s::text[]
+) AS m;
 
 -- name: event_insert_folded
-INSERT INTO {schema}.events (ts, type, action_id, effect_key, approval_id, data_json)
-VALUES (COALESCE(%(now)s::timestamptz, now()), %(type)s, %(action_id)s, %(effect_key)s,
-        %(approval_id)s, %(data_json)s);
+-- A transaction's events in one statement: this head, then one row per event in order (the
+-- identity column numbers them in the order of the VALUES list).
+INSERT INTO {schema}.events (ts, type, action_id, effect_key, approval_id, data_json) VALUES;
+
+-- name: event_row_folded
+(COALESCE(%(now)s::timestamptz, now()), %(type)s, %(action_id)s, %(effect_key)s,
+ %(approval_id)s, %(data_json)s);
 
 -- name: receipt_append_folded
--- The chained receipt linked on the server, after chain_head_lock in the same message (this
--- statement's snapshot is taken under the lock, so it reads the newest head): the document is
--- the canonical text the client rendered with two random marks standing for seq and prev_hash,
--- the hash is SHA-256 over the stored text's UTF-8 bytes — what verify_chain recomputes.
-INSERT INTO {schema}.receipts
-    (receipt_id, seq, action_id, effect_key, result, document, hash, created_at)
-SELECT %(receipt_id)s, d.seq, %(action_id)s, %(effect_key)s, %(result)s, d.document,
-       'sha256:' || encode(sha256(convert_to(d.document, 'UTF8')), 'hex'),
-       COALESCE(%(now)s::timestamptz, now())
-FROM (
-    SELECT c.seq + 1 AS seq,
-           replace(replace(%(template)s, %(seq_mark)s, (c.seq + 1)::text), %(prev_mark)s, c.hash)
-               AS document
-    FROM {schema}.receipt_chain AS c
-    WHERE c.id = 1
-) AS d
-RETURNING seq, document, hash;
-
--- name: chain_head_advance_folded
--- The head follows the receipt this transaction just appended (the row is locked: 1 row).
-UPDATE {schema}.receipt_chain AS c SET seq = r.seq, hash = r.hash
-FROM {schema}.receipts AS r
-WHERE c.id = 1 AND r.receipt_id = %(receipt_id)s;
+-- The chained receipt linked on the server by ctrlrun_append_receipt (migration 0005): the head
+-- locked, the receipt linked to it and hashed, the head advanced, in this transaction. The
+-- document is the canonical text the client rendered with two random marks standing for seq
+-- and prev_hash; the hash is SHA-256 over the stored text's UTF-8 bytes.
+SELECT a.seq, a.document, a.hash
+FROM {schema}.ctrlrun_append_receipt(
+    %(receipt_id)s, %(action_id)s, %(effect_key)s, %(result)s, %(template)s, %(seq_mark)s,
+    %(prev_mark)s, %(now)s::timestamptz
+) AS a;

@@ -13,11 +13,11 @@ This module imports no parser: ``Policy.from_yaml`` and ``Policy.from_file`` imp
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from ctrlrun.canonical import digest
 from ctrlrun.errors import DenyReason, InvalidArgument
@@ -45,6 +45,9 @@ __all__ = [
     "Reason",
     "Rule",
 ]
+
+
+_T = TypeVar("_T")
 
 
 class Reason(StrEnum):
@@ -149,15 +152,19 @@ def _holds(condition: Condition, action: Action) -> bool | None:
     return condition.holds(action.argument(condition.argument))
 
 
-def _registry(controls: Iterable[ControlEntry]) -> dict[str, ControlEntry]:
-    registry: dict[str, ControlEntry] = {}
-    for control in controls:
-        if not isinstance(control, ControlEntry):
-            raise InvalidArgument(f"expected a ControlEntry, got {control!r}")
-        if control.control_id in registry:
-            raise InvalidArgument(f"control {control.control_id!r} is given twice")
-        registry[control.control_id] = control
-    return dict(sorted(registry.items()))
+def _by_name(
+    items: Iterable[_T], kind: type[_T], name: Callable[[_T], str], what: str
+) -> dict[str, _T]:
+    """``items`` by name; ``InvalidArgument`` for a member of another type or a name twice."""
+    table: dict[str, _T] = {}
+    for item in items:
+        if not isinstance(item, kind):
+            article = "an" if kind.__name__[0] in "AEIOU" else "a"
+            raise InvalidArgument(f"expected {article} {kind.__name__}, got {item!r}")
+        if name(item) in table:
+            raise InvalidArgument(f"{what} {name(item)!r} is given twice")
+        table[name(item)] = item
+    return table
 
 
 def _check_cited(entry: ActionPolicy, registry: Mapping[str, ControlEntry]) -> None:
@@ -191,15 +198,12 @@ class Policy:
         """Raises ``InvalidArgument`` for a member that is not an ``ActionPolicy``, a name
         given twice, a control given twice, or an entry or rule citing a control that
         ``controls`` does not define."""
-        table: dict[str, ActionPolicy] = {}
-        for entry in actions:
-            if not isinstance(entry, ActionPolicy):
-                raise InvalidArgument(f"expected an ActionPolicy, got {entry!r}")
-            if entry.name in table:
-                raise InvalidArgument(f"action {entry.name!r} is given twice")
-            table[entry.name] = entry
+        table = _by_name(actions, ActionPolicy, lambda entry: entry.name, "action")
+        registry = _by_name(controls, ControlEntry, lambda c: c.control_id, "control")
         self._actions: Mapping[str, ActionPolicy] = MappingProxyType(table)
-        self._controls: Mapping[str, ControlEntry] = MappingProxyType(_registry(controls))
+        self._controls: Mapping[str, ControlEntry] = MappingProxyType(
+            dict(sorted(registry.items()))
+        )
         for entry in table.values():
             _check_cited(entry, self._controls)
         self._source = source

@@ -269,6 +269,30 @@ class TestStepReceipt:
             assert chain_receipt(draft, head) == chain_receipt(dict(draft), head)
 
 
+def test_a_receipt_of_values_without_a_plain_form_takes_the_validating_encode():
+    """A step built by hand with an OrderedDict for arguments, and one as output (mappings,
+    but not exact dicts): neither has a precomposed text, and the receipt is still what the
+    validating encoder writes."""
+    from collections import OrderedDict
+
+    plan = replace(
+        record([{"action": "a.one", "arguments": {"n": 1}}], status=PlanStatus.EXECUTING),
+        steps=(PlanStep("a.one", OrderedDict(pair=[1, 2])),),
+    )
+    draft = step_receipt_document(
+        plan,
+        step_index=0,
+        result=StepResult.OK,
+        output=OrderedDict(b=1, a="x"),
+        error=None,
+        effect_key=None,
+        receipt_id="rcp_1",
+        finished_at="2026-01-01T12:00:00.000000Z",
+    )
+    assert chain_receipt(draft, GENESIS_HEAD) == chain_receipt(dict(draft), GENESIS_HEAD)
+    assert '"pair":[1,2]' in chain_receipt(draft, GENESIS_HEAD)[1]
+
+
 class TestRefusalsAtTheEdges:
     """Every refusal of the durable kernels' small helpers: typed, with the reason named."""
 

@@ -25,25 +25,12 @@ from psycopg import sql
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))  # the test support code starts the throwaway server
 
+from bench_policy import POLICY  # noqa: E402
+
 import ctrlrun  # noqa: E402
 from ctrlrun.postgres import PostgresStateStore  # noqa: E402
 
 ENV_URL = "CTRLRUN_BENCH_POSTGRES_URL"
-
-POLICY = """\
-schema: ctrlrun.policy/v1
-actions:
-  bench.effect:
-    decision: allow
-    effect: "bench:{n}"
-  bench.read:
-    decision: allow
-  bench.approved:
-    decision: approve
-    effect: "approved:{n}"
-  bench.step:
-    decision: allow
-"""
 
 
 @contextmanager

@@ -22,24 +22,12 @@ from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 
+from bench_policy import POLICY
 from timing import Case, interleaved, report, take
 
 import ctrlrun
 from ctrlrun.durable import Dispatcher, Outbox, PlanRunner, Plans, Steps
 from ctrlrun.store.queries import load_queries
-
-POLICY = """\
-schema: ctrlrun.policy/v1
-actions:
-  bench.effect:
-    decision: allow
-    effect: "bench:{n}"
-  bench.read:
-    decision: allow
-  bench.approved:
-    decision: approve
-    effect: "approved:{n}"
-"""
 
 SYNCHRONOUS = {"full": "FULL", "normal": "NORMAL"}
 BATCH = 10  # the Dispatcher's default batch

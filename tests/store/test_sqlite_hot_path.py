@@ -8,7 +8,6 @@ import os
 import sqlite3
 from datetime import UTC, timedelta, timezone
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -19,7 +18,6 @@ from ctrlrun.runtime.receipts import _receipt_instant
 from ctrlrun.store.sqlite import _instant_text
 
 
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_a_forked_child_opens_its_own_connection(tmp_path):
     store = ctrlrun.SQLiteStateStore(tmp_path / "state.db")
     parent = store._connection()

@@ -8,8 +8,6 @@ import os
 import re
 import threading
 
-import pytest
-
 from ctrlrun.canonical import new_id, random_hex32
 
 
@@ -37,7 +35,6 @@ def test_threads_draw_from_their_own_pools():
     assert len(set(drawn)) == len(drawn) == 1200
 
 
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_a_forked_child_does_not_replay_its_parent_s_pool():
     random_hex32()  # the parent's pool is filled; the child inherits a copy of it
     read, write = os.pipe()

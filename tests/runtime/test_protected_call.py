@@ -297,6 +297,36 @@ class TestReconcile:
         assert (record.state, record.attempt) == (EffectState.AMBIGUOUS, 2)
         assert len(remote.calls) == 2 and len(calls) == 1  # attempt 2 was never run twice
 
+    @pytest.mark.parametrize(
+        ("answer", "transactions", "refused"),
+        [
+            ("unknown", 1, AmbiguousEffect),  # the refusal: reconcile events, refusal, receipt
+            ("committed", 2, DuplicateEffect),  # resolution (+ its events); refusal
+            ("not_executed", 3, None),  # resolution (+ its events); reserve; record
+        ],
+    )
+    def test_the_reconciliation_never_writes_a_transaction_of_its_own(
+        self, control, remote, store, answer, transactions, refused
+    ):
+        # A transaction that wrote events alone is the one a lost COMMIT leaves unprovable
+        # (Postgres: AmbiguousWrite with nothing to re-read); the reconciliation's events ride
+        # with the resolution, or with the call's next transaction.
+        refund = self.protected(control, remote, lambda _k: answer, [])
+        before = store.write_transactions
+        with ctrlrun.context("bot"):
+            if refused is None:
+                refund("pay_1", 1)
+            else:
+                with pytest.raises(refused):
+                    refund("pay_1", 1)
+        assert store.write_transactions - before == transactions
+        types = event_types(store)
+        started = types.index(EventType.RECONCILIATION_STARTED)
+        assert types[started + 1] == EventType.RECONCILIATION_RESOLVED
+        assert types.count(EventType.RECONCILIATION_STARTED) == 1
+        if answer != "unknown":  # the verdict is stored with the events that explain it
+            assert types[started + 2] == EventType.EFFECT_RESOLVED
+
     def test_a_raising_hook_counts_as_unknown_and_is_asked_once(self, control, remote, store):
         calls: list[str] = []
 

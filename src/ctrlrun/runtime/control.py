@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
@@ -211,7 +211,11 @@ class Control:
         except AmbiguousEffect as exc:
             if spec.reconcile is None or call.effect_key is None:
                 self._refuse_start(call, exc)
-            if not reconcile_blocked(self.store, call.action, call.effect_key, spec.reconcile):
+            reconciled = reconcile_blocked(self.store, call.action, call.effect_key, spec.reconcile)
+            if reconciled.unwritten:  # they go with this call's next transaction
+                call = replace(call, pre=(*call.pre, *reconciled.unwritten))
+                request = replace(request, events=call.pre)
+            if not reconciled.retry:
                 self._refuse_start(call, exc)
         except Refused as exc:
             self._refuse_start(call, exc)

@@ -5,12 +5,18 @@ once per call, when an AMBIGUOUS record refuses a new reservation. ``committed``
 ``not_executed`` resolve the record (to COMMITTED / FAILED) on the hook's word — only the
 attempt that was AMBIGUOUS when the hook was asked; ``unknown``, a hook that raises an
 ``Exception``, or any other answer changes nothing.
+
+The reconciliation's two events never travel in a transaction of their own: they go with the
+resolution, or, when nothing was resolved, with the call's next transaction (its reservation or
+its refusal, with a receipt). Every transaction that carries them therefore writes a row that a
+re-read after a lost COMMIT can recognise (docs/decisions/0008-reconcile-evidence.md).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from ctrlrun.errors import InvalidArgument, Refused
@@ -40,13 +46,24 @@ def ask(hook: Reconcile, effect_key: str) -> tuple[str, dict[str, Any]]:
     return "unknown", {"reason": "invalid_return", "returned": repr(answer)[:200]}
 
 
-def reconcile_blocked(store: Any, action: Action, effect_key: str, hook: Reconcile) -> bool:
-    """Consult ``hook`` about the AMBIGUOUS ``effect_key``; True iff the record was resolved
-    (or moved meanwhile), so that one more reservation attempt is worth making.
+@dataclass(frozen=True, slots=True)
+class Reconciled:
+    """What consulting the hook came to. ``retry``: one more reservation attempt is worth
+    making (the record was resolved, or moved meanwhile). ``unwritten``: the reconciliation's
+    events not yet stored, which the caller must write with its next transaction."""
+
+    retry: bool
+    unwritten: tuple[EventDraft, ...]
+
+
+def reconcile_blocked(store: Any, action: Action, effect_key: str, hook: Reconcile) -> Reconciled:
+    """Consult ``hook`` about the AMBIGUOUS ``effect_key`` and apply its verdict.
 
     The answer settles only the attempt that was AMBIGUOUS before the hook was asked: by the
     time it answers, that attempt may have been resolved, the key re-reserved and a *new*
     attempt left AMBIGUOUS, which the hook was never asked about and may have executed.
+    A resolution stores the reconciliation's events in its own transaction; otherwise they come
+    back ``unwritten``.
     """
     before = store.get_effect(effect_key)
     asked = before.attempt if before is not None else None
@@ -65,19 +82,24 @@ def reconcile_blocked(store: Any, action: Action, effect_key: str, hook: Reconci
             data={"outcome": answer, **detail},
         ),
     )
-    store.record(events)
     target = _TARGETS.get(answer)
     if target is None:
-        return False
-    if asked is None:
-        return True  # nothing was AMBIGUOUS to settle: the record went away or never was
+        return Reconciled(retry=False, unwritten=events)
+    if asked is None:  # nothing was AMBIGUOUS to settle: the record went away or never was
+        return Reconciled(retry=True, unwritten=events)
     try:
         store.resolve_effect(
-            effect_key, target, f"reconcile:{action.name}", by="reconcile", attempt=asked
+            effect_key,
+            target,
+            f"reconcile:{action.name}",
+            by="reconcile",
+            attempt=asked,
+            events=events,
         )
     except (InvalidArgument, Refused):
         # Moved meanwhile (resolved by another reconciler or a person, or re-reserved): the
         # caller asks the store once more and gets its verdict, with a receipt, like any call.
         # On Postgres two resolutions can both read AMBIGUOUS; the loser is a Refused.
         log.info("ctrlrun: %s moved before the reconcile answer could be applied", effect_key)
-    return True
+        return Reconciled(retry=True, unwritten=events)
+    return Reconciled(retry=True, unwritten=())

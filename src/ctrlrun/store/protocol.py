@@ -146,10 +146,13 @@ class StateStore(Protocol):
         *,
         by: str = "human",
         attempt: int | None = None,
+        events: tuple[EventDraft, ...] = (),
     ) -> EffectRecord:
         """A verdict on an AMBIGUOUS record: COMMITTED or FAILED. ``by`` is ``human`` or
         ``reconcile``; ``resolver`` (who) is kept on the record. With ``attempt``, the verdict
-        applies only while the record is still that attempt (else ``InvalidArgument``)."""
+        applies only while the record is still that attempt (else ``InvalidArgument``).
+        ``events`` are appended before ``EFFECT_RESOLVED``, in the same transaction; a refused
+        resolution writes none of them."""
         ...
 
     def get_effect(self, effect_key: str) -> EffectRecord | None:

@@ -404,6 +404,7 @@ class SQLiteStateStore(StoreReads):
         *,
         by: str = "human",
         attempt: int | None = None,
+        events: tuple[EventDraft, ...] = (),
     ) -> EffectRecord:
         """See ``StateStore.resolve_effect``."""
         record: EffectRecord = self._in_txn(
@@ -413,6 +414,7 @@ class SQLiteStateStore(StoreReads):
             resolver=resolver,
             by=by,
             attempt=attempt,
+            events=events,
         )
         return record
 

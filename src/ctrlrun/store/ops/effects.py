@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from ctrlrun.errors import DuplicateEffect, DuplicateState, Refused
@@ -269,12 +270,14 @@ def resolve_effect_in_txn(
     resolver: str,
     by: str,
     attempt: int | None = None,
+    events: Iterable[EventDraft] = (),
 ) -> EffectRecord:
     """Move an AMBIGUOUS record to ``target`` on a human's or a hook's word.
 
     ``by`` is ``"human"`` or ``"reconcile"``; ``resolver`` is who, and is kept on the record.
     With ``attempt``, only that attempt is settled (``InvalidArgument`` if the record is another
-    one); the conditional UPDATE keeps that check atomic with the move.
+    one); the conditional UPDATE keeps that check atomic with the move. ``events`` (the
+    reconciliation's, say) are appended before ``EFFECT_RESOLVED``.
     """
     record = get_effect_in_txn(txn, effect_key)
     refusal = plan_resolution(record, effect_key=effect_key, target=target, attempt=attempt)
@@ -287,6 +290,7 @@ def resolve_effect_in_txn(
     append_events_in_txn(
         txn,
         [
+            *events,
             EventDraft(
                 EventType.EFFECT_RESOLVED,
                 record.action_id,
@@ -297,7 +301,7 @@ def resolve_effect_in_txn(
                     "resolver": resolver,
                     "resolved_by": by,
                 },
-            )
+            ),
         ],
     )
     moved = get_effect_in_txn(txn, effect_key)

@@ -249,6 +249,7 @@ class PostgresStateStore(StoreReads):
         *,
         by: str = "human",
         attempt: int | None = None,
+        events: tuple[EventDraft, ...] = (),
     ) -> EffectRecord:
         """See ``StateStore.resolve_effect``."""
         target = EffectState(state)
@@ -260,6 +261,7 @@ class PostgresStateStore(StoreReads):
                 resolver=resolver,
                 by=by,
                 attempt=attempt,
+                events=events,
             ),
             operation="resolve_effect",
         )

@@ -323,9 +323,9 @@ class TestTheBinder:
         queries = queries_for(pg_schema.schema)
         names = [
             "effect_reserve_folded",
-            "effect_move_folded",
+            "effect_finish_folded",
+            "receipt_record_folded",
             "event_row_folded",
-            "receipt_append_folded",
         ]
         with pg_schema.connect(row_factory=dict_row) as conn:
             conn.execute(f"SET standard_conforming_strings = {conforming}")
@@ -342,13 +342,28 @@ class TestTheBinder:
             [],
             [None],
             ["", "NULL", "null", '"', "\\", '\\"', "{}", "{a,b}", ",", " spaced ", "'"],
-            ['{"k":"v\\\\u0000 \\"q\\""}', "ü 🎉 \u2028", "\t\n\r", None, "x"],
+            ['{"k":"v\\\\u0000 \\"q\\""}', "ü 🎉 \u2028", "\t\n\r", None, "x", "\\u00fc"],
         ],
         ids=repr,
     )
-    def test_an_events_array_reads_back_as_the_list_it_was(self, pg_schema, values):
-        from ctrlrun.store.postgres.folded import text_array
+    def test_the_events_json_reads_back_as_the_events_were(self, pg_schema, values):
+        """Every text of an event (its data JSON above all) comes back from the jsonb array
+        the server reads, character for character, None as SQL NULL."""
+        from ctrlrun.kernel.event import EventDraft, EventType
+        from ctrlrun.store.codec import event_data_json
+        from ctrlrun.store.postgres.folded import events_json
 
+        drafts = [
+            EventDraft(EventType.EFFECT_RESERVED, value, value, data={"v": value})
+            for value in values
+        ]
+        read = (
+            "SELECT e.row ->> 0, e.row ->> 1, e.row ->> 2, e.row ->> 3, e.row ->> 4"
+            " FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS e(row, i) ORDER BY e.i"
+        )
         with pg_schema.connect() as conn:
-            row = conn.execute("SELECT %s::text[]", [text_array(values)]).fetchone()
-        assert row is not None and row[0] == values
+            rows = conn.execute(read, [events_json(drafts)]).fetchall()
+        assert rows == [
+            ("EFFECT_RESERVED", d.action_id, d.effect_key, None, event_data_json(d.data))
+            for d in drafts
+        ]

@@ -21,7 +21,8 @@ before; what only the server knew (its time, the receipt's seq) is read back whe
 
 from __future__ import annotations
 
-import uuid
+import json
+import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -62,7 +63,7 @@ def start_effect(txn: PgTxn, request: StartRequest) -> PendingStart:
     assert request.effect_key is not None
     state = EffectState.EXECUTING if request.execute else EffectState.RESERVED
     lease_us = request.lease // _MICROSECOND
-    mark = f"ctrlrun-lease-{uuid.uuid4().hex}"
+    mark = f"ctrlrun-lease-{secrets.token_hex(16)}"
     reserved = EventDraft(
         EventType.EFFECT_RESERVED,
         request.action_id,
@@ -89,7 +90,7 @@ def start_effect(txn: PgTxn, request: StartRequest) -> PendingStart:
             "lease": request.lease,
             "lease_mark": mark,
             "mark_row": mark_row,
-            **_event_arrays(drafts),
+            "events": events_json(drafts),
         },
     )
     return PendingStart(txn, request)
@@ -132,30 +133,21 @@ def append_events(txn: PgTxn, drafts: Iterable[EventDraft]) -> None:
     txn.run_rows_later("event_insert_folded", [_event_row(txn, draft) for draft in drafts])
 
 
-def _event_arrays(drafts: Iterable[EventDraft]) -> dict[str, str]:
-    """Events as the parallel arrays ``ctrlrun_reserve`` and ``ctrlrun_move`` insert in order,
-    each written as a ``text[]`` literal (bound as text, cast by the statement)."""
-    listed = list(drafts)
-    return {
-        "e_type": text_array([str(d.type) for d in listed]),
-        "e_action_id": text_array([d.action_id for d in listed]),
-        "e_effect_key": text_array([d.effect_key for d in listed]),
-        "e_approval_id": text_array([d.approval_id for d in listed]),
-        "e_data": text_array([event_data_json(d.data) for d in listed]),
-    }
+_EVENTS_JSON: Final = json.JSONEncoder(
+    ensure_ascii=False, separators=(",", ":"), check_circular=False
+).encode
 
 
-def text_array(values: Iterable[str | None]) -> str:
-    """The Postgres array literal of ``values`` (``'{"a",NULL}'``): every element quoted, a
-    backslash and a double quote escaped with a backslash, None as NULL. psycopg's list
-    adapter writes the same array, at several times the cost."""
-    return (
-        "{"
-        + ",".join(
-            "NULL" if value is None else '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-            for value in values
-        )
-        + "}"
+def events_json(drafts: Iterable[EventDraft]) -> str:
+    """Events as the one jsonb array the migration-0006 functions insert in order: a row
+    ``[type, action_id, effect_key, approval_id, data_json]`` each, None as JSON null and
+    data_json (JSON text, as the shared path stores it) as a JSON string, which the server
+    reads back character for character (``->>``)."""
+    return _EVENTS_JSON(
+        [
+            [str(d.type), d.action_id, d.effect_key, d.approval_id, event_data_json(d.data)]
+            for d in drafts
+        ]
     )
 
 
@@ -184,37 +176,43 @@ class PendingReceipt:
     def stored(self) -> StoredReceipt | None:
         """The receipt as the server linked it, or None when the answer was lost (the
         re-read proved the transaction landed: read the row by ``receipt_id``)."""
-        rows = self.txn.returned.get("receipt_append_folded")
+        rows = self.txn.returned.get(RECEIPT)
         if not rows:
             return None
         row = rows[0]
         return StoredReceipt(int(row["seq"]), self.receipt_id, row["document"], row["hash"])
 
 
+RECEIPT: Final = "receipt_append_folded"
+"""The witness's name for a chained receipt linked on the server, and where its row is kept."""
+
+
 def finish(txn: PgTxn, request: FinishRequest) -> PendingReceipt:
-    """Transaction 2 for any call: outcome (guarded), events, chained receipt — all queued
-    for the COMMIT's message."""
+    """Transaction 2 for any call: outcome (guarded), events, chained receipt — one statement
+    queued for the COMMIT's message."""
     txn.lean()
-    if request.effect_key is not None and request.outcome is not None:
-        txn.run_later(
-            "effect_move_folded",
-            {
-                "now": txn.now_param,
-                "effect_key": request.effect_key,
-                "state": str(request.outcome),
-                "lease_expires_at": None,
-                "result_json": result_json(request.result),
-                "error": request.error,
-                "resolved_by": None,
-                "from_state": str(EffectState.EXECUTING),
-                "action_id": request.action_id,
-                "attempt": request.attempt or 0,
-                **_event_arrays(request.events),
-            },
-        )
-    else:
-        append_events(txn, request.events)
-    return append_receipt(txn, request.receipt)
+    receipt, pending = receipt_write(txn, request.receipt)
+    if request.effect_key is None or request.outcome is None:
+        events = {"now": txn.now_param, "events": events_json(request.events)}
+        txn.fold_later("receipt_record_folded", (("events", "", events), receipt), keep_as=RECEIPT)
+        return pending
+    move = {
+        "now": txn.now_param,
+        "effect_key": request.effect_key,
+        "state": str(request.outcome),
+        "lease_expires_at": None,
+        "result_json": result_json(request.result),
+        "error": request.error,
+        "resolved_by": None,
+        "from_state": str(EffectState.EXECUTING),
+        "action_id": request.action_id,
+        "attempt": request.attempt or 0,
+        "events": events_json(request.events),
+    }
+    txn.fold_later(
+        "effect_finish_folded", (("effect_move_folded", "", move), receipt), keep_as=RECEIPT
+    )
+    return pending
 
 
 def record(
@@ -222,33 +220,38 @@ def record(
 ) -> PendingReceipt | None:
     """``record_in_txn``, folded: events and, optionally, a receipt, with the COMMIT."""
     txn.lean()
-    append_events(txn, events)
-    return None if receipt is None else append_receipt(txn, receipt)
+    if receipt is None:
+        append_events(txn, events)
+        return None
+    write, pending = receipt_write(txn, receipt)
+    own = {"now": txn.now_param, "events": events_json(events)}
+    txn.fold_later("receipt_record_folded", (("events", "", own), write), keep_as=RECEIPT)
+    return pending
 
 
-def append_receipt(txn: PgTxn, draft: Mapping[str, Any]) -> PendingReceipt:
-    """Queue the receipt, linked on the server: ``ctrlrun_append_receipt`` locks the head,
-    inserts the receipt linked to it and advances the head (migration 0005).
+def receipt_write(
+    txn: PgTxn, draft: Mapping[str, Any]
+) -> tuple[tuple[str, str, dict[str, Any]], PendingReceipt]:
+    """The chained receipt as a write for ``PgTxn.fold_later`` (prefix ``r_``), linked on the
+    server: the head locked, the receipt inserted linked to it, the head advanced (the
+    migration-0006 functions, last in their transaction).
 
     The document is rendered here, canonical, with two random marks for ``seq`` (a JSON
     string, replaced with the number) and ``prev_hash`` (replaced inside its quotes); the
     server fills them from the locked head and hashes the result.
     """
-    nonce = uuid.uuid4().hex
+    nonce = secrets.token_hex(16)
     seq_mark, prev_mark = f"ctrlrun-seq-{nonce}", f"ctrlrun-prev-{nonce}"
     template = canonical_text({**draft, "seq": seq_mark, "prev_hash": prev_mark})
     receipt_id = str(draft["receipt_id"])
-    txn.fetch_later(
-        "receipt_append_folded",
-        {
-            "now": txn.now_param,
-            "receipt_id": receipt_id,
-            "action_id": draft["action_id"],
-            "effect_key": draft.get("effect_key"),
-            "result": draft["result"],
-            "template": template,
-            "seq_mark": f'"{seq_mark}"',
-            "prev_mark": prev_mark,
-        },
-    )
-    return PendingReceipt(txn, receipt_id)
+    params = {
+        "now": txn.now_param,
+        "receipt_id": receipt_id,
+        "action_id": draft["action_id"],
+        "effect_key": draft.get("effect_key"),
+        "result": draft["result"],
+        "template": template,
+        "seq_mark": f'"{seq_mark}"',
+        "prev_mark": prev_mark,
+    }
+    return (RECEIPT, "r_", params), PendingReceipt(txn, receipt_id)

@@ -18,7 +18,7 @@ from ctrlrun import Action, Control, Policy, Principal
 from ctrlrun.errors import AmbiguousEffect, DuplicateEffect, DuplicateState
 from ctrlrun.kernel.effect import EffectState
 from ctrlrun.kernel.event import EventDraft, EventType
-from ctrlrun.kernel.receipt import ChainHead, chain_receipt
+from ctrlrun.kernel.receipt import ChainHead, ReceiptDraft, chain_receipt
 from ctrlrun.store.ops.actions import start_action_in_txn
 from ctrlrun.store.postgres.witness import Evidence, Verdict, Write
 from ctrlrun.store.protocol import FinishRequest, StartRequest
@@ -127,9 +127,13 @@ DRAFTS = [
 
 
 class TestTheChainLinkedOnTheServer:
-    def test_each_receipt_is_exactly_what_the_kernel_would_have_linked(self, direct):
+    @pytest.mark.parametrize("prepared", [False, True], ids=["mapping", "ReceiptDraft"])
+    def test_each_receipt_is_exactly_what_the_kernel_would_have_linked(self, direct, prepared):
+        """A plain mapping is encoded whole; a ``ReceiptDraft`` renders the template from its
+        prepared parts: the same stored bytes and hash as ``chain_receipt`` either way."""
         head = direct.chain_head()
-        for draft in DRAFTS:
+        for fields in DRAFTS:
+            draft = ReceiptDraft(dict(fields), {}) if prepared else fields
             stored = direct.record((), draft)
             assert stored is not None
             seq, text, digest = chain_receipt(draft, ChainHead(head.seq, head.hash))
@@ -138,6 +142,15 @@ class TestTheChainLinkedOnTheServer:
             assert (head.seq, head.hash) == (seq, digest)
         report = direct.verify_chain()
         assert report.ok and report.verified == len(DRAFTS)
+
+    def test_a_lone_surrogate_is_refused_as_the_kernel_refuses_it(self, direct):
+        fields = {"receipt_id": "rcp_s", "action_id": "s", "result": "failed", "error": "\ud800"}
+        draft = ReceiptDraft(fields, {})
+        with pytest.raises(Exception) as kernel:
+            chain_receipt(draft, ChainHead(0, "sha256:" + "0" * 64))
+        with pytest.raises(type(kernel.value)):
+            direct.record((), draft)
+        assert list(direct.receipts()) == [] and direct.chain_head().seq == 0
 
     def test_a_protected_call_leaves_a_chain_that_verifies(self, direct):
         control = Control(Policy.from_yaml(POLICY), direct)

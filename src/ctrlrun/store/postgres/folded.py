@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Final
 from ctrlrun.canonical import canonical_text
 from ctrlrun.kernel.effect import EffectState, Reservation
 from ctrlrun.kernel.event import EventDraft, EventType
-from ctrlrun.kernel.receipt import StoredReceipt
+from ctrlrun.kernel.receipt import ReceiptDraft, StoredReceipt
 from ctrlrun.store.codec import event_data_json, result_json
 from ctrlrun.store.ops.actions import start_action_in_txn
 from ctrlrun.store.postgres.witness import GUARD_SQLSTATE
@@ -236,13 +236,15 @@ def receipt_write(
     server: the head locked, the receipt inserted linked to it, the head advanced (the
     migration-0006 functions, last in their transaction).
 
-    The document is rendered here, canonical, with two random marks for ``seq`` (a JSON
-    string, replaced with the number) and ``prev_hash`` (replaced inside its quotes); the
-    server fills them from the locked head and hashes the result.
+    The document is rendered here, canonical, with two random marks: a 41-digit number where
+    ``seq`` goes and a string where ``prev_hash`` goes (replaced inside its quotes); the
+    server replaces both from the locked head and hashes the result. A number in seq's place
+    keeps the template canonical as it is, so a ``ReceiptDraft`` renders it from its
+    prepared parts (``linked_text``, the bytes ``chain_receipt`` stores) instead of encoding
+    the whole document.
     """
     nonce = secrets.token_hex(16)
-    seq_mark, prev_mark = f"ctrlrun-seq-{nonce}", f"ctrlrun-prev-{nonce}"
-    template = canonical_text({**draft, "seq": seq_mark, "prev_hash": prev_mark})
+    seq_mark, prev_mark = _SEQ_MARK_BASE + int(nonce, 16), f"ctrlrun-prev-{nonce}"
     receipt_id = str(draft["receipt_id"])
     params = {
         "now": txn.now_param,
@@ -250,8 +252,31 @@ def receipt_write(
         "action_id": draft["action_id"],
         "effect_key": draft.get("effect_key"),
         "result": draft["result"],
-        "template": template,
-        "seq_mark": f'"{seq_mark}"',
+        "template": _template(draft, seq_mark, prev_mark),
+        "seq_mark": str(seq_mark),
         "prev_mark": prev_mark,
     }
     return (RECEIPT, "r_", params), PendingReceipt(txn, receipt_id)
+
+
+_SEQ_MARK_BASE: Final = 10**40
+"""Added to 128 random bits: every seq mark has 41 digits, none of them a real seq."""
+
+
+def _template(draft: Mapping[str, Any], seq_mark: int, prev_mark: str) -> str:
+    """The canonical text of ``draft`` with ``seq_mark`` and ``prev_mark`` linked in: from a
+    ``ReceiptDraft``'s prepared parts when it has them and they encode (a lone surrogate
+    takes the validating path, which names it), else by encoding the whole document."""
+    if isinstance(draft, ReceiptDraft):
+        text = draft.linked_text(seq_mark, prev_mark)
+        if text is not None and (text.isascii() or _encodes(text)):
+            return text
+    return canonical_text({**draft, "seq": seq_mark, "prev_hash": prev_mark})
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

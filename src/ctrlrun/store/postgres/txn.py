@@ -298,7 +298,9 @@ class PgTxn:
     def _load(self, result: PGresult, encoding: str) -> list[Row]:
         """The rows of ``result`` as dicts, loaded by the connection's adapters."""
         names = [(result.fname(i) or b"").decode(encoding) for i in range(result.nfields)]
-        loader = Transformer(self._conn)
+        if self._tx is None:
+            self._tx = Transformer(self._conn)
+        loader = self._tx  # the binder's adapters: loading rows leaves its dumping unchanged
         loader.set_pgresult(result)
         return loader.load_rows(
             0, result.ntuples, lambda values: dict(zip(names, values, strict=True))

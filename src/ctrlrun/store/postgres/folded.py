@@ -1,22 +1,26 @@
-"""The protected call's two transactions, each in one round trip (decision 0006).
+"""The protected call's two transactions, each in one round trip and one function call
+(decisions 0006 and 0009).
 
 The common case of each transaction is written here; everything else goes to the shared
 ``store/ops`` functions, which ask the planner:
 
 * ``start``: the reservation of an absent key (a guarded ``INSERT … ON CONFLICT DO NOTHING``,
-  stamped with the server's time) and the events, one call to ``ctrlrun_reserve`` (migration
-  0005), with ``BEGIN`` and ``COMMIT`` in one message. A key that exists raises CR001 and
-  nothing commits: the store then runs ``start_action_in_txn``, which reads the record and
-  plans, in a new transaction. A start with an approval takes that shared path directly (the
-  approval is read and checked first).
-* ``finish`` / ``record``: the outcome (a guarded ``effect_move``) and the events
-  (``ctrlrun_move``), the head lock, the receipt linked and hashed on the server and the head's
-  advance (``ctrlrun_append_receipt``), all in one message, so the chain's head row is locked
-  only while the server runs the tail of that message and flushes it. CR001 sends the store
-  to ``finish_action_in_txn`` in a new transaction.
+  stamped with the server's time) and the events, one call to ``ctrlrun_reserve_effect``
+  (migration 0006), with ``BEGIN`` and ``COMMIT`` in one message. A key that exists raises
+  CR001 and nothing commits: the store then runs ``start_action_in_txn``, which reads the
+  record and plans, in a new transaction. A start with an approval takes that shared path
+  directly (the approval is read and checked first).
+* ``finish``: the outcome (a guarded ``effect_move``), the events, the head lock, the receipt
+  linked and hashed on the server and the head's advance, one call to ``ctrlrun_finish_effect``
+  in one message, so the chain's head row is locked only while the server runs the tail of
+  that call and flushes the COMMIT. CR001 sends the store to ``finish_action_in_txn`` in a new
+  transaction. Without an outcome to record, and for ``record`` with a receipt, the events and
+  the receipt are one call to ``ctrlrun_record_receipt``.
 
-Every folded write is recorded in the witness, so a lost COMMIT is settled by re-reading as
-before; what only the server knew (its time, the receipt's seq) is read back when needed.
+The events of a call travel as one jsonb array (``events_json``). Every folded write is
+recorded in the witness under its own name (``PgTxn.fold_later``), so a lost COMMIT is
+settled by re-reading as before; what only the server knew (its time, the receipt's seq) is
+read back when needed.
 """
 
 from __future__ import annotations

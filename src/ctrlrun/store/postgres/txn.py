@@ -16,7 +16,11 @@
   its first statement, or with the COMMIT (``folded``). Its folded statements stamp the
   transaction's time on the server (``now_param`` is None) unless the store was given a
   clock; ``fetch_later`` keeps the rows of a queued statement, read when it is sent
-  (``returned``).
+  (``returned``), and ``fold_later`` queues one statement that makes several witnessed
+  writes (a function call of migration 0006).
+* Queued statements go out as one simple-query message without a cursor (``_exchange``): the
+  connection's lock and ``wait``, psycopg's own errors; only a statement whose result is read
+  through the cursor (``one``, ``all``, ``run``) goes through one.
 """
 
 from __future__ import annotations

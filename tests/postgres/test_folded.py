@@ -380,3 +380,30 @@ class TestTheBinder:
             ("EFFECT_RESERVED", d.action_id, d.effect_key, None, event_data_json(d.data))
             for d in drafts
         ]
+
+
+class TestTheExchange:
+    """``PgTxn._exchange`` sends a folded message without a cursor: the server's error comes
+    out as psycopg raises it, and what it reports about the transaction is kept."""
+
+    def test_an_error_before_the_commit_is_psycopgs_and_leaves_the_transaction_failed(
+        self, pg_schema
+    ):
+        import psycopg
+        from psycopg import pq
+        from psycopg.rows import dict_row
+
+        from ctrlrun.store.postgres.sqltext import queries_for
+        from ctrlrun.store.postgres.txn import PgTxn
+
+        queries = queries_for(pg_schema.schema)
+        with pg_schema.connect(row_factory=dict_row, autocommit=True) as conn:
+            txn = PgTxn(conn, queries, schema=pg_schema.schema)
+            with pytest.raises(psycopg.errors.DivisionByZero):
+                txn._exchange(["BEGIN", "SELECT 1 AS one", "SELECT 1 / 0", "COMMIT"])
+            assert conn.info.transaction_status == pq.TransactionStatus.INERROR
+            conn.execute("ROLLBACK")
+            txn._wanted = {1: "two"}
+            results = txn._exchange(["BEGIN", "SELECT 2 AS two", "COMMIT"])
+            assert txn.returned["two"] == [{"two": 2}]
+            assert results[-1].command_status == b"COMMIT"

@@ -44,6 +44,7 @@ from ctrlrun.store.postgres.witness import DEFERRABLE, EFFECT_WRITES, Witness
 Row = dict[str, Any]
 _NUL = "\x00"
 _FATAL = pq.ExecStatus.FATAL_ERROR
+_FINE = frozenset({pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK, pq.ExecStatus.EMPTY_QUERY})
 _PLACEHOLDER = re.compile(r"%%|%\((\w+)\)s|%")
 
 
@@ -291,8 +292,11 @@ class PgTxn:
             conn.pgconn.send_query("; ".join(statements).encode(encoding))
             results: list[PGresult] = conn.wait(collect_results(conn.pgconn))
         for result in results:
-            if result.status == _FATAL:
-                raise errors.error_from_result(result, encoding=encoding)
+            if result.status not in _FINE:  # as Cursor.execute checks each result
+                if result.status == _FATAL:
+                    raise errors.error_from_result(result, encoding=encoding)
+                status = pq.ExecStatus(result.status).name
+                raise errors.InternalError(f"unexpected result status from query: {status}")
         if not results:
             raise errors.InternalError("got no result from the query")
         for index, query in wanted.items():

@@ -221,9 +221,12 @@ class RoundTrips:
         self._file = path.open("w")
         conn.pgconn.trace(self._file.fileno())
 
-    def stop(self) -> int:
-        """Stop tracing (libpq flushes its buffer) and return the round trips seen."""
+    def stop(self) -> tuple[int, int]:
+        """Stop tracing (libpq flushes its buffer) and return the round trips and the
+        statements seen (one ``CommandComplete`` per statement the server ran)."""
         self._conn.pgconn.untrace()
         self._file.close()
         lines = self._path.read_text().splitlines()
-        return sum(1 for line in lines if "\tB\t" in line and "\tReadyForQuery" in line)
+        trips = sum(1 for line in lines if "\tB\t" in line and "\tReadyForQuery" in line)
+        done = sum(1 for line in lines if "\tB\t" in line and "\tCommandComplete" in line)
+        return trips, done

@@ -123,9 +123,12 @@ def _round_trips(ctl: ctrlrun.Control) -> None:
         trips = pg_common.RoundTrips(conn, Path(tmp) / "trace")
         before = store.write_transactions  # type: ignore[attr-defined]
         act("rt-counted")
-        count = trips.stop()
+        count, statements = trips.stop()
     writes = store.write_transactions - before  # type: ignore[attr-defined]
-    print(f"  one protected call with an effect key: {count} round trips, {writes} write txns")
+    print(
+        f"  one protected call with an effect key: {count} round trips, {statements}"
+        f" statements, {writes} write txns"
+    )
 
 
 def processes(url: str, window: float, repeats: int) -> bool:

@@ -148,7 +148,9 @@ class TestInFlight:
             attempt = in_thread(lambda: start(direct))
             # the re-issue, waiting on the in-flight insert (the in-flight message, whose text
             # holds the same call, waits on the advisory lock instead)
-            wait_for_lock_waiter(pg_schema.server, "%.ctrlrun_reserve(%", event="transactionid")
+            wait_for_lock_waiter(
+                pg_schema.server, "%.ctrlrun_reserve_effect(%", event="transactionid"
+            )
             holder.execute("SELECT pg_advisory_unlock(4242)")
         started = attempt.result(30)
         assert branches() == [("A1_REINSERT", KEY), ("A1_OURS", KEY)]

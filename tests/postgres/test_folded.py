@@ -18,7 +18,7 @@ from ctrlrun import Action, Control, Policy, Principal
 from ctrlrun.errors import AmbiguousEffect, DuplicateEffect, DuplicateState
 from ctrlrun.kernel.effect import EffectState
 from ctrlrun.kernel.event import EventDraft, EventType
-from ctrlrun.kernel.receipt import ChainHead, chain_receipt
+from ctrlrun.kernel.receipt import ChainHead, ReceiptDraft, chain_receipt
 from ctrlrun.store.ops.actions import start_action_in_txn
 from ctrlrun.store.postgres.witness import Evidence, Verdict, Write
 from ctrlrun.store.protocol import FinishRequest, StartRequest
@@ -127,9 +127,13 @@ DRAFTS = [
 
 
 class TestTheChainLinkedOnTheServer:
-    def test_each_receipt_is_exactly_what_the_kernel_would_have_linked(self, direct):
+    @pytest.mark.parametrize("prepared", [False, True], ids=["mapping", "ReceiptDraft"])
+    def test_each_receipt_is_exactly_what_the_kernel_would_have_linked(self, direct, prepared):
+        """A plain mapping is encoded whole; a ``ReceiptDraft`` renders the template from its
+        prepared parts: the same stored bytes and hash as ``chain_receipt`` either way."""
         head = direct.chain_head()
-        for draft in DRAFTS:
+        for fields in DRAFTS:
+            draft = ReceiptDraft(dict(fields), {}) if prepared else fields
             stored = direct.record((), draft)
             assert stored is not None
             seq, text, digest = chain_receipt(draft, ChainHead(head.seq, head.hash))
@@ -138,6 +142,15 @@ class TestTheChainLinkedOnTheServer:
             assert (head.seq, head.hash) == (seq, digest)
         report = direct.verify_chain()
         assert report.ok and report.verified == len(DRAFTS)
+
+    def test_a_lone_surrogate_is_refused_as_the_kernel_refuses_it(self, direct):
+        fields = {"receipt_id": "rcp_s", "action_id": "s", "result": "failed", "error": "\ud800"}
+        draft = ReceiptDraft(fields, {})
+        with pytest.raises(Exception) as kernel:
+            chain_receipt(draft, ChainHead(0, "sha256:" + "0" * 64))
+        with pytest.raises(type(kernel.value)):
+            direct.record((), draft)
+        assert list(direct.receipts()) == [] and direct.chain_head().seq == 0
 
     def test_a_protected_call_leaves_a_chain_that_verifies(self, direct):
         control = Control(Policy.from_yaml(POLICY), direct)
@@ -323,9 +336,9 @@ class TestTheBinder:
         queries = queries_for(pg_schema.schema)
         names = [
             "effect_reserve_folded",
-            "effect_move_folded",
+            "effect_finish_folded",
+            "receipt_record_folded",
             "event_row_folded",
-            "receipt_append_folded",
         ]
         with pg_schema.connect(row_factory=dict_row) as conn:
             conn.execute(f"SET standard_conforming_strings = {conforming}")
@@ -342,13 +355,55 @@ class TestTheBinder:
             [],
             [None],
             ["", "NULL", "null", '"', "\\", '\\"', "{}", "{a,b}", ",", " spaced ", "'"],
-            ['{"k":"v\\\\u0000 \\"q\\""}', "ü 🎉 \u2028", "\t\n\r", None, "x"],
+            ['{"k":"v\\\\u0000 \\"q\\""}', "ü 🎉 \u2028", "\t\n\r", None, "x", "\\u00fc"],
         ],
         ids=repr,
     )
-    def test_an_events_array_reads_back_as_the_list_it_was(self, pg_schema, values):
-        from ctrlrun.store.postgres.folded import text_array
+    def test_the_events_json_reads_back_as_the_events_were(self, pg_schema, values):
+        """Every text of an event (its data JSON above all) comes back from the jsonb array
+        the server reads, character for character, None as SQL NULL."""
+        from ctrlrun.kernel.event import EventDraft, EventType
+        from ctrlrun.store.codec import event_data_json
+        from ctrlrun.store.postgres.folded import events_json
 
+        drafts = [
+            EventDraft(EventType.EFFECT_RESERVED, value, value, data={"v": value})
+            for value in values
+        ]
+        read = (
+            "SELECT e.row ->> 0, e.row ->> 1, e.row ->> 2, e.row ->> 3, e.row ->> 4"
+            " FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS e(row, i) ORDER BY e.i"
+        )
         with pg_schema.connect() as conn:
-            row = conn.execute("SELECT %s::text[]", [text_array(values)]).fetchone()
-        assert row is not None and row[0] == values
+            rows = conn.execute(read, [events_json(drafts)]).fetchall()
+        assert rows == [
+            ("EFFECT_RESERVED", d.action_id, d.effect_key, None, event_data_json(d.data))
+            for d in drafts
+        ]
+
+
+class TestTheExchange:
+    """``PgTxn._exchange`` sends a folded message without a cursor: the server's error comes
+    out as psycopg raises it, and what it reports about the transaction is kept."""
+
+    def test_an_error_before_the_commit_is_psycopgs_and_leaves_the_transaction_failed(
+        self, pg_schema
+    ):
+        import psycopg
+        from psycopg import pq
+        from psycopg.rows import dict_row
+
+        from ctrlrun.store.postgres.sqltext import queries_for
+        from ctrlrun.store.postgres.txn import PgTxn
+
+        queries = queries_for(pg_schema.schema)
+        with pg_schema.connect(row_factory=dict_row, autocommit=True) as conn:
+            txn = PgTxn(conn, queries, schema=pg_schema.schema)
+            with pytest.raises(psycopg.errors.DivisionByZero):
+                txn._exchange(["BEGIN", "SELECT 1 AS one", "SELECT 1 / 0", "COMMIT"])
+            assert conn.info.transaction_status == pq.TransactionStatus.INERROR
+            conn.execute("ROLLBACK")
+            txn._wanted = {1: "two"}
+            results = txn._exchange(["BEGIN", "SELECT 2 AS two", "COMMIT"])
+            assert txn.returned["two"] == [{"two": 2}]
+            assert results[-1].command_status == b"COMMIT"

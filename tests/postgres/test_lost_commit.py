@@ -423,28 +423,28 @@ class TestOtherWrites:
         assert branches() == []
 
 
-def test_a_protected_call_costs_two_transactions_and_two_round_trips(direct, monkeypatch):
-    """One round trip to reserve (BEGIN, the guarded insert, the events, COMMIT) and one to
+def test_a_protected_call_costs_two_transactions_and_two_round_trips(direct, tmp_path):
+    """One round trip to reserve (BEGIN, the guarded insert and the events, COMMIT) and one to
     record (BEGIN, the guarded update, the events, the head lock, the receipt linked on the
-    server and the head, COMMIT): decision 0006. More is a performance regression."""
-    import psycopg
-
+    server and the head, COMMIT): decisions 0006 and 0009. More is a performance regression.
+    Counted on the wire: libpq's protocol trace, one ReadyForQuery per round trip."""
     control = Control(Policy.from_yaml(POLICY), direct)
     action = Action("stripe.refund", {"payment_id": "pay_9", "amount": 1}, Principal("b"))
     control.execute(action, lambda **_: None)  # warm: connected, nothing lazy left
-    sent: list[str] = []
-    original = psycopg.Cursor.execute
-
-    def counted(self, query, params=None, **kwargs):
-        sent.append(str(query)[:40])
-        return original(self, query, params, **kwargs)
-
-    monkeypatch.setattr(psycopg.Cursor, "execute", counted)
-    before = direct.write_transactions
-    action = Action("stripe.refund", {"payment_id": "pay_1", "amount": 1}, Principal("b"))
-    control.execute(action, lambda **_: None)
+    conn = direct._engine.connections.current()
+    trace = tmp_path / "trace"
+    with trace.open("w") as out:
+        conn.pgconn.trace(out.fileno())
+        before = direct.write_transactions
+        action = Action("stripe.refund", {"payment_id": "pay_1", "amount": 1}, Principal("b"))
+        control.execute(action, lambda **_: None)
+        conn.pgconn.untrace()
     assert direct.write_transactions - before == 2
-    assert len(sent) == 2, sent
+    lines = trace.read_text().splitlines()
+    sent = [line for line in lines if "\tF\t" in line and "\tQuery\t" in line]
+    answered = [line for line in lines if "\tB\t" in line and "\tReadyForQuery" in line]
+    assert len(answered) == 2 and len(sent) == 2, lines
+    assert direct._engine.connections.current() is conn  # no other connection was used
 
 
 class TestKeptWrites:

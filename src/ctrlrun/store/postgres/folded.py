@@ -1,27 +1,32 @@
-"""The protected call's two transactions, each in one round trip (decision 0006).
+"""The protected call's two transactions, each in one round trip and one function call
+(decisions 0006 and 0009).
 
 The common case of each transaction is written here; everything else goes to the shared
 ``store/ops`` functions, which ask the planner:
 
 * ``start``: the reservation of an absent key (a guarded ``INSERT … ON CONFLICT DO NOTHING``,
-  stamped with the server's time) and the events, one call to ``ctrlrun_reserve`` (migration
-  0005), with ``BEGIN`` and ``COMMIT`` in one message. A key that exists raises CR001 and
-  nothing commits: the store then runs ``start_action_in_txn``, which reads the record and
-  plans, in a new transaction. A start with an approval takes that shared path directly (the
-  approval is read and checked first).
-* ``finish`` / ``record``: the outcome (a guarded ``effect_move``) and the events
-  (``ctrlrun_move``), the head lock, the receipt linked and hashed on the server and the head's
-  advance (``ctrlrun_append_receipt``), all in one message, so the chain's head row is locked
-  only while the server runs the tail of that message and flushes it. CR001 sends the store
-  to ``finish_action_in_txn`` in a new transaction.
+  stamped with the server's time) and the events, one call to ``ctrlrun_reserve_effect``
+  (migration 0006), with ``BEGIN`` and ``COMMIT`` in one message. A key that exists raises
+  CR001 and nothing commits: the store then runs ``start_action_in_txn``, which reads the
+  record and plans, in a new transaction. A start with an approval takes that shared path
+  directly (the approval is read and checked first).
+* ``finish``: the outcome (a guarded ``effect_move``), the events, the head lock, the receipt
+  linked and hashed on the server and the head's advance, one call to ``ctrlrun_finish_effect``
+  in one message, so the chain's head row is locked only while the server runs the tail of
+  that call and flushes the COMMIT. CR001 sends the store to ``finish_action_in_txn`` in a new
+  transaction. Without an outcome to record, and for ``record`` with a receipt, the events and
+  the receipt are one call to ``ctrlrun_record_receipt``.
 
-Every folded write is recorded in the witness, so a lost COMMIT is settled by re-reading as
-before; what only the server knew (its time, the receipt's seq) is read back when needed.
+The events of a call travel as one jsonb array (``events_json``). Every folded write is
+recorded in the witness under its own name (``PgTxn.fold_later``), so a lost COMMIT is
+settled by re-reading as before; what only the server knew (its time, the receipt's seq) is
+read back when needed.
 """
 
 from __future__ import annotations
 
-import uuid
+import json
+import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -30,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Final
 from ctrlrun.canonical import canonical_text
 from ctrlrun.kernel.effect import EffectState, Reservation
 from ctrlrun.kernel.event import EventDraft, EventType
-from ctrlrun.kernel.receipt import StoredReceipt
+from ctrlrun.kernel.receipt import ReceiptDraft, StoredReceipt
 from ctrlrun.store.codec import event_data_json, result_json
 from ctrlrun.store.ops.actions import start_action_in_txn
 from ctrlrun.store.postgres.witness import GUARD_SQLSTATE
@@ -62,7 +67,7 @@ def start_effect(txn: PgTxn, request: StartRequest) -> PendingStart:
     assert request.effect_key is not None
     state = EffectState.EXECUTING if request.execute else EffectState.RESERVED
     lease_us = request.lease // _MICROSECOND
-    mark = f"ctrlrun-lease-{uuid.uuid4().hex}"
+    mark = f"ctrlrun-lease-{secrets.token_hex(16)}"
     reserved = EventDraft(
         EventType.EFFECT_RESERVED,
         request.action_id,
@@ -89,7 +94,7 @@ def start_effect(txn: PgTxn, request: StartRequest) -> PendingStart:
             "lease": request.lease,
             "lease_mark": mark,
             "mark_row": mark_row,
-            **_event_arrays(drafts),
+            "events": events_json(drafts),
         },
     )
     return PendingStart(txn, request)
@@ -132,30 +137,21 @@ def append_events(txn: PgTxn, drafts: Iterable[EventDraft]) -> None:
     txn.run_rows_later("event_insert_folded", [_event_row(txn, draft) for draft in drafts])
 
 
-def _event_arrays(drafts: Iterable[EventDraft]) -> dict[str, str]:
-    """Events as the parallel arrays ``ctrlrun_reserve`` and ``ctrlrun_move`` insert in order,
-    each written as a ``text[]`` literal (bound as text, cast by the statement)."""
-    listed = list(drafts)
-    return {
-        "e_type": text_array([str(d.type) for d in listed]),
-        "e_action_id": text_array([d.action_id for d in listed]),
-        "e_effect_key": text_array([d.effect_key for d in listed]),
-        "e_approval_id": text_array([d.approval_id for d in listed]),
-        "e_data": text_array([event_data_json(d.data) for d in listed]),
-    }
+_EVENTS_JSON: Final = json.JSONEncoder(
+    ensure_ascii=False, separators=(",", ":"), check_circular=False
+).encode
 
 
-def text_array(values: Iterable[str | None]) -> str:
-    """The Postgres array literal of ``values`` (``'{"a",NULL}'``): every element quoted, a
-    backslash and a double quote escaped with a backslash, None as NULL. psycopg's list
-    adapter writes the same array, at several times the cost."""
-    return (
-        "{"
-        + ",".join(
-            "NULL" if value is None else '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-            for value in values
-        )
-        + "}"
+def events_json(drafts: Iterable[EventDraft]) -> str:
+    """Events as the one jsonb array the migration-0006 functions insert in order: a row
+    ``[type, action_id, effect_key, approval_id, data_json]`` each, None as JSON null and
+    data_json (JSON text, as the shared path stores it) as a JSON string, which the server
+    reads back character for character (``->>``)."""
+    return _EVENTS_JSON(
+        [
+            [str(d.type), d.action_id, d.effect_key, d.approval_id, event_data_json(d.data)]
+            for d in drafts
+        ]
     )
 
 
@@ -184,37 +180,43 @@ class PendingReceipt:
     def stored(self) -> StoredReceipt | None:
         """The receipt as the server linked it, or None when the answer was lost (the
         re-read proved the transaction landed: read the row by ``receipt_id``)."""
-        rows = self.txn.returned.get("receipt_append_folded")
+        rows = self.txn.returned.get(RECEIPT)
         if not rows:
             return None
         row = rows[0]
         return StoredReceipt(int(row["seq"]), self.receipt_id, row["document"], row["hash"])
 
 
+RECEIPT: Final = "receipt_append_folded"
+"""The witness's name for a chained receipt linked on the server, and where its row is kept."""
+
+
 def finish(txn: PgTxn, request: FinishRequest) -> PendingReceipt:
-    """Transaction 2 for any call: outcome (guarded), events, chained receipt — all queued
-    for the COMMIT's message."""
+    """Transaction 2 for any call: outcome (guarded), events, chained receipt — one statement
+    queued for the COMMIT's message."""
     txn.lean()
-    if request.effect_key is not None and request.outcome is not None:
-        txn.run_later(
-            "effect_move_folded",
-            {
-                "now": txn.now_param,
-                "effect_key": request.effect_key,
-                "state": str(request.outcome),
-                "lease_expires_at": None,
-                "result_json": result_json(request.result),
-                "error": request.error,
-                "resolved_by": None,
-                "from_state": str(EffectState.EXECUTING),
-                "action_id": request.action_id,
-                "attempt": request.attempt or 0,
-                **_event_arrays(request.events),
-            },
-        )
-    else:
-        append_events(txn, request.events)
-    return append_receipt(txn, request.receipt)
+    receipt, pending = receipt_write(txn, request.receipt)
+    if request.effect_key is None or request.outcome is None:
+        events = {"now": txn.now_param, "events": events_json(request.events)}
+        txn.fold_later("receipt_record_folded", (("events", "", events), receipt), keep_as=RECEIPT)
+        return pending
+    move = {
+        "now": txn.now_param,
+        "effect_key": request.effect_key,
+        "state": str(request.outcome),
+        "lease_expires_at": None,
+        "result_json": result_json(request.result),
+        "error": request.error,
+        "resolved_by": None,
+        "from_state": str(EffectState.EXECUTING),
+        "action_id": request.action_id,
+        "attempt": request.attempt or 0,
+        "events": events_json(request.events),
+    }
+    txn.fold_later(
+        "effect_finish_folded", (("effect_move_folded", "", move), receipt), keep_as=RECEIPT
+    )
+    return pending
 
 
 def record(
@@ -222,33 +224,63 @@ def record(
 ) -> PendingReceipt | None:
     """``record_in_txn``, folded: events and, optionally, a receipt, with the COMMIT."""
     txn.lean()
-    append_events(txn, events)
-    return None if receipt is None else append_receipt(txn, receipt)
+    if receipt is None:
+        append_events(txn, events)
+        return None
+    write, pending = receipt_write(txn, receipt)
+    own = {"now": txn.now_param, "events": events_json(events)}
+    txn.fold_later("receipt_record_folded", (("events", "", own), write), keep_as=RECEIPT)
+    return pending
 
 
-def append_receipt(txn: PgTxn, draft: Mapping[str, Any]) -> PendingReceipt:
-    """Queue the receipt, linked on the server: ``ctrlrun_append_receipt`` locks the head,
-    inserts the receipt linked to it and advances the head (migration 0005).
+def receipt_write(
+    txn: PgTxn, draft: Mapping[str, Any]
+) -> tuple[tuple[str, str, dict[str, Any]], PendingReceipt]:
+    """The chained receipt as a write for ``PgTxn.fold_later`` (prefix ``r_``), linked on the
+    server: the head locked, the receipt inserted linked to it, the head advanced (the
+    migration-0006 functions, last in their transaction).
 
-    The document is rendered here, canonical, with two random marks for ``seq`` (a JSON
-    string, replaced with the number) and ``prev_hash`` (replaced inside its quotes); the
-    server fills them from the locked head and hashes the result.
+    The document is rendered here, canonical, with two random marks: a 41-digit number where
+    ``seq`` goes and a string where ``prev_hash`` goes (replaced inside its quotes); the
+    server replaces both from the locked head and hashes the result. A number in seq's place
+    keeps the template canonical as it is, so a ``ReceiptDraft`` renders it from its
+    prepared parts (``linked_text``, the bytes ``chain_receipt`` stores) instead of encoding
+    the whole document.
     """
-    nonce = uuid.uuid4().hex
-    seq_mark, prev_mark = f"ctrlrun-seq-{nonce}", f"ctrlrun-prev-{nonce}"
-    template = canonical_text({**draft, "seq": seq_mark, "prev_hash": prev_mark})
+    nonce = secrets.token_hex(16)
+    seq_mark, prev_mark = _SEQ_MARK_BASE + int(nonce, 16), f"ctrlrun-prev-{nonce}"
     receipt_id = str(draft["receipt_id"])
-    txn.fetch_later(
-        "receipt_append_folded",
-        {
-            "now": txn.now_param,
-            "receipt_id": receipt_id,
-            "action_id": draft["action_id"],
-            "effect_key": draft.get("effect_key"),
-            "result": draft["result"],
-            "template": template,
-            "seq_mark": f'"{seq_mark}"',
-            "prev_mark": prev_mark,
-        },
-    )
-    return PendingReceipt(txn, receipt_id)
+    params = {
+        "now": txn.now_param,
+        "receipt_id": receipt_id,
+        "action_id": draft["action_id"],
+        "effect_key": draft.get("effect_key"),
+        "result": draft["result"],
+        "template": _template(draft, seq_mark, prev_mark),
+        "seq_mark": str(seq_mark),
+        "prev_mark": prev_mark,
+    }
+    return (RECEIPT, "r_", params), PendingReceipt(txn, receipt_id)
+
+
+_SEQ_MARK_BASE: Final = 10**40
+"""Added to 128 random bits: every seq mark has 41 digits, none of them a real seq."""
+
+
+def _template(draft: Mapping[str, Any], seq_mark: int, prev_mark: str) -> str:
+    """The canonical text of ``draft`` with ``seq_mark`` and ``prev_mark`` linked in: from a
+    ``ReceiptDraft``'s prepared parts when it has them and they encode (a lone surrogate
+    takes the validating path, which names it), else by encoding the whole document."""
+    if isinstance(draft, ReceiptDraft):
+        text = draft.linked_text(seq_mark, prev_mark)
+        if text is not None and (text.isascii() or _encodes(text)):
+            return text
+    return canonical_text({**draft, "seq": seq_mark, "prev_hash": prev_mark})
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -16,27 +16,35 @@
   its first statement, or with the COMMIT (``folded``). Its folded statements stamp the
   transaction's time on the server (``now_param`` is None) unless the store was given a
   clock; ``fetch_later`` keeps the rows of a queued statement, read when it is sent
-  (``returned``).
+  (``returned``), and ``fold_later`` queues one statement that makes several witnessed
+  writes (a function call of migration 0006).
+* Queued statements go out as one simple-query message without a cursor (``_exchange``): the
+  connection's lock and ``wait``, psycopg's own errors; only a statement whose result is read
+  through the cursor (``one``, ``all``, ``run``) goes through one.
 """
 
 from __future__ import annotations
 
 import re
-import uuid
+import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from functools import cache
 from typing import Any
 
 import psycopg
-from psycopg import abc
+from psycopg import abc, errors, pq
 from psycopg.adapt import Transformer
+from psycopg.generators import execute as collect_results
+from psycopg.pq.abc import PGresult
 
 from ctrlrun.store.postgres.connections import Connection
 from ctrlrun.store.postgres.witness import DEFERRABLE, EFFECT_WRITES, Witness
 
 Row = dict[str, Any]
 _NUL = "\x00"
+_FATAL = pq.ExecStatus.FATAL_ERROR
+_FINE = frozenset({pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK, pq.ExecStatus.EMPTY_QUERY})
 _PLACEHOLDER = re.compile(r"%%|%\((\w+)\)s|%")
 
 
@@ -71,7 +79,7 @@ class PgTxn:
     __slots__ = (
         "_client",
         "_conn",
-        "_cur",
+        "_cursor",
         "_now",
         "_now_source",
         "_pending",
@@ -97,7 +105,7 @@ class PgTxn:
         self._conn = conn
         self._schema = schema
         self._queries = queries
-        self._cur = conn.cursor()
+        self._cursor: psycopg.Cursor[Row] | None = None
         self._client: psycopg.ClientCursor[Any] | None = None
         self._tx: abc.Transformer | None = None
         self._plain_quotes = False
@@ -107,7 +115,7 @@ class PgTxn:
         self._now = now
         self._now_source = now_source
         self.witness = Witness()
-        self.write_token = uuid.uuid4().hex
+        self.write_token = secrets.token_hex(16)
 
     # --- the Txn protocol ----------------------------------------------------------------
 
@@ -176,6 +184,24 @@ class PgTxn:
         self._wanted[len(self._pending)] = query
         self.run_later(query, params)
 
+    def fold_later(
+        self, query: str, writes: Sequence[tuple[str, str, Mapping[str, Any]]], *, keep_as: str
+    ) -> None:
+        """Queue ``query``, one statement that makes several writes, and keep its rows in
+        ``returned[keep_as]`` once it is sent. Each write is ``(name, prefix, params)``:
+        stamped and witnessed exactly as the named write queued alone would be, and bound
+        under ``prefix`` + each parameter's name. Only for writes that either change exactly
+        what they say or fail the transaction (see ``run_later``)."""
+        bound: dict[str, Any] = {}
+        for name, prefix, params in writes:
+            if name in EFFECT_WRITES and name not in DEFERRABLE:
+                raise AssertionError(f"{name} needs its row count checked; it cannot be deferred")
+            stamped = self._stamp(name, params)
+            self.witness.saw(name, stamped, 1)
+            bound.update((prefix + key, value) for key, value in stamped.items())
+        self._wanted[len(self._pending)] = keep_as
+        self._pending.append(self._bind(query, bound))
+
     def fix_now(self, value: Any) -> datetime:
         """Adopt the server's reading of the transaction's time (a folded statement's)."""
         if self._now is None:
@@ -233,15 +259,60 @@ class PgTxn:
         """Send the queued statements and ``COMMIT`` in one message; return COMMIT's tag
         (``"COMMIT"``, or ``"ROLLBACK"`` if the server had already failed the transaction)."""
         statements, self._pending = [*self._pending, "COMMIT"], []
-        self._send(statements)
-        return self._cur.statusmessage
+        tag = self._exchange(statements)[-1].command_status
+        return None if tag is None else tag.decode()
 
     # --- helpers -------------------------------------------------------------------------
+
+    @property
+    def _cur(self) -> psycopg.Cursor[Row]:
+        """The cursor of the statements whose results are read through it (made when first
+        needed: a folded transaction never needs one)."""
+        if self._cursor is None:
+            self._cursor = self._conn.cursor()
+        return self._cursor
 
     def _flush(self) -> None:
         if self._pending:
             statements, self._pending = self._pending, []
-            self._send(statements)
+            self._exchange(statements)
+
+    def _exchange(self, statements: list[str]) -> list[PGresult]:
+        """Send ``statements`` as one simple-query message and return its results, keeping
+        the rows of every statement queued by ``fetch_later``; the first error the server
+        reported is raised as psycopg raises it. What ``Cursor.execute`` does for a message
+        without parameters, without a cursor: the same lock, wait (an interrupt cancels the
+        query) and error classes, minus the per-result bookkeeping nobody reads here."""
+        wanted, self._wanted = self._wanted, {}
+        conn = self._conn
+        encoding = conn.info.encoding
+        with conn.lock:
+            if conn.pgconn.status != pq.ConnStatus.OK:
+                raise errors.OperationalError("the connection is closed")
+            conn.pgconn.send_query("; ".join(statements).encode(encoding))
+            results: list[PGresult] = conn.wait(collect_results(conn.pgconn))
+        for result in results:
+            if result.status not in _FINE:  # as Cursor.execute checks each result
+                if result.status == _FATAL:
+                    raise errors.error_from_result(result, encoding=encoding)
+                status = pq.ExecStatus(result.status).name
+                raise errors.InternalError(f"unexpected result status from query: {status}")
+        if not results:
+            raise errors.InternalError("got no result from the query")
+        for index, query in wanted.items():
+            self.returned[query] = self._load(results[index], encoding)
+        return results
+
+    def _load(self, result: PGresult, encoding: str) -> list[Row]:
+        """The rows of ``result`` as dicts, loaded by the connection's adapters."""
+        names = [(result.fname(i) or b"").decode(encoding) for i in range(result.nfields)]
+        if self._tx is None:
+            self._tx = Transformer(self._conn)
+        loader = self._tx  # the binder's adapters: loading rows leaves its dumping unchanged
+        loader.set_pgresult(result)
+        return loader.load_rows(
+            0, result.ntuples, lambda values: dict(zip(names, values, strict=True))
+        )
 
     def _execute(self, query: str, params: Mapping[str, Any]) -> None:
         if not self._pending:

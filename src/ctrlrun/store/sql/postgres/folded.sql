@@ -12,30 +12,42 @@ BEGIN;
 SET LOCAL search_path TO {schema};
 
 -- name: effect_reserve_folded
--- The reservation of an absent key and the transaction's events, by ctrlrun_reserve (migration
--- 0005): attempt 1 stamped with the transaction's time and lease (whole microseconds, so the
--- client's sum is the same instant), guarded: a key that exists raises CR001 and nothing
--- commits. The unique key decides the one winner. Returns the transaction's time.
+-- The reservation of an absent key and the transaction's events, by ctrlrun_reserve_effect
+-- (migration 0006): attempt 1 stamped with the transaction's time and lease (whole
+-- microseconds, so the client's sum is the same instant), guarded: a key that exists raises
+-- CR001 and nothing commits. The unique key decides the one winner. Returns the transaction's
+-- time. The events are one jsonb array (folded.events_json).
 SELECT r.stamped_at AS now
-FROM {schema}.ctrlrun_reserve(
+FROM {schema}.ctrlrun_reserve_effect(
     %(effect_key)s, %(state)s, %(action_id)s, %(lease_us)s, %(write_token)s,
-    %(now)s::timestamptz, %(lease_mark)s, %(mark_row)s,
-    %(e_type)s::text[], %(e_action_id)s::text[], %(e_effect_key)s::text[],
-    %(e_approval_id)s::text[], %(e_data)s::text[]
+    %(now)s::timestamptz, %(lease_mark)s, %(mark_row)s, %(events)s::jsonb
 ) AS r;
 
--- name: effect_move_folded
--- effect_move stamped with the transaction's time, and the transaction's events, by
--- ctrlrun_move (migration 0005), guarded: a move that matches no row raises CR001 and the
--- server skips the rest of the message, COMMIT included.
-SELECT m.moved
-FROM {schema}.ctrlrun_move(
+-- name: effect_finish_folded
+-- The outcome's whole transaction, by ctrlrun_finish_effect (migration 0006): effect_move
+-- stamped with the transaction's time, guarded (a move that matches no row raises CR001 and
+-- nothing commits), the events, then the chained receipt linked and hashed on the server (as
+-- receipt_append_folded; its parameters carry the prefix r_). Returns the receipt's seq,
+-- document and hash.
+SELECT a.seq, a.document, a.hash
+FROM {schema}.ctrlrun_finish_effect(
     %(effect_key)s, %(state)s, %(lease_expires_at)s::timestamptz, %(result_json)s, %(error)s,
     %(resolved_by)s, %(write_token)s, %(from_state)s, %(action_id)s, %(attempt)s,
-    %(now)s::timestamptz,
-    %(e_type)s::text[], %(e_action_id)s::text[], %(e_effect_key)s::text[],
-    %(e_approval_id)s::text[], %(e_data)s::text[]
-) AS m;
+    %(now)s::timestamptz, %(events)s::jsonb,
+    %(r_receipt_id)s, %(r_action_id)s, %(r_effect_key)s, %(r_result)s, %(r_template)s,
+    %(r_seq_mark)s, %(r_prev_mark)s
+) AS a;
+
+-- name: receipt_record_folded
+-- A chained receipt and its transaction's events, by ctrlrun_record_receipt (migration 0006):
+-- the events, then the receipt linked and hashed on the server (as receipt_append_folded; its
+-- parameters carry the prefix r_). Returns the receipt's seq, document and hash.
+SELECT a.seq, a.document, a.hash
+FROM {schema}.ctrlrun_record_receipt(
+    %(now)s::timestamptz, %(events)s::jsonb,
+    %(r_receipt_id)s, %(r_action_id)s, %(r_effect_key)s, %(r_result)s, %(r_template)s,
+    %(r_seq_mark)s, %(r_prev_mark)s
+) AS a;
 
 -- name: event_insert_folded
 -- A transaction's events in one statement: this head, then one row per event in order (the
@@ -45,14 +57,3 @@ INSERT INTO {schema}.events (ts, type, action_id, effect_key, approval_id, data_
 -- name: event_row_folded
 (COALESCE(%(now)s::timestamptz, now()), %(type)s, %(action_id)s, %(effect_key)s,
  %(approval_id)s, %(data_json)s);
-
--- name: receipt_append_folded
--- The chained receipt linked on the server by ctrlrun_append_receipt (migration 0005): the head
--- locked, the receipt linked to it and hashed, the head advanced, in this transaction. The
--- document is the canonical text the client rendered with two random marks standing for seq
--- and prev_hash; the hash is SHA-256 over the stored text's UTF-8 bytes.
-SELECT a.seq, a.document, a.hash
-FROM {schema}.ctrlrun_append_receipt(
-    %(receipt_id)s, %(action_id)s, %(effect_key)s, %(result)s, %(template)s, %(seq_mark)s,
-    %(prev_mark)s, %(now)s::timestamptz
-) AS a;

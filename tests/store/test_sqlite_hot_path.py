@@ -69,3 +69,43 @@ def test_an_instant_is_stamped_as_encode_instant_stamps_it(instant):
 @given(st.datetimes(timezones=st.sampled_from([UTC, timezone(timedelta(hours=5, minutes=45))])))
 def test_a_receipt_instant_is_written_as_encode_receipt_instant_writes_it(instant):
     assert _receipt_instant(instant) == encode_receipt_instant(instant)
+
+
+def test_many_events_go_in_order_as_multi_row_statements(tmp_path):
+    store = ctrlrun.SQLiteStateStore(tmp_path / "state.db")
+    statements = []
+    store._connection().set_trace_callback(statements.append)
+    drafts = tuple(
+        EventDraft(EventType.ACTION_PROPOSED, f"act_{n}", f"k{n}" if n % 2 else None, data={"n": n})
+        for n in range(250)
+    )
+    store.record(drafts)
+    store._connection().set_trace_callback(None)
+    inserts = [s for s in statements if s.startswith("INSERT INTO events")]
+    assert len(inserts) == 3  # 100 + 100 + 50 rows
+    events = store.events()
+    assert [(e.action_id, e.effect_key, e.data) for e in events] == [
+        (d.action_id, d.effect_key, d.data) for d in drafts
+    ]
+    assert [e.event_id for e in events] == sorted(e.event_id for e in events)
+
+
+def test_only_a_plain_values_row_is_folded_into_one_statement():
+    from ctrlrun.store.queries import load_queries
+    from ctrlrun.store.sqlite import _row_names, _rows_statement
+
+    queries = load_queries("sqlite")
+    assert _row_names(queries["event_insert"]) == (
+        "ts",
+        "type",
+        "action_id",
+        "effect_key",
+        "approval_id",
+        "data_json",
+    )
+    assert _rows_statement(queries["event_insert"], 2).endswith(
+        "VALUES (?, ?, ?, ?, ?, ?), (?, ?, ?, ?, ?, ?)"
+    )
+    assert _row_names("INSERT INTO t (a, b) VALUES (:a, 'x')") is None
+    assert _row_names("INSERT INTO t (a) VALUES (:a) ON CONFLICT DO NOTHING") is None
+    assert _row_names(queries["effect_move"]) is None

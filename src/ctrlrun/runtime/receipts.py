@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 
 from ctrlrun._time import encode_receipt_instant
-from ctrlrun.canonical import new_id
+from ctrlrun.canonical import new_id, plain_text, string_text
 from ctrlrun.kernel.action import Action
 from ctrlrun.kernel.event import EventDraft, EventType
 from ctrlrun.kernel.receipt import RECEIPT_SCHEMA, ReceiptDraft, ReceiptResult
@@ -65,8 +65,61 @@ def receipt_draft(
     }
     if verdict.controls:
         fields["controls"] = list(verdict.controls)
-    texts = {"arguments": action.arguments_text, "principal": action.principal.text}
-    return ReceiptDraft(fields, texts)
+    parts = _parts(action, verdict, fields)
+    if parts is None:
+        texts = {"arguments": action.arguments_text, "principal": action.principal.text}
+        return ReceiptDraft(fields, texts)
+    return ReceiptDraft.from_parts(fields, parts)
+
+
+_SCHEMA_TEXT: Final = string_text(RECEIPT_SCHEMA)
+_OPTIONAL_TEXT: Final = (str, type(None))
+
+
+def _opt(value: str | None) -> str:
+    return "null" if value is None else string_text(value)
+
+
+def _parts(action: Action, verdict: Verdict, fields: dict[str, Any]) -> tuple[str, str, str] | None:
+    """The draft's three canonical parts (around ``prev_hash`` and ``seq``), written out key by
+    key in canonical order: what ``ReceiptDraft(fields, texts)`` prepares, without a lookup
+    and a dispatch per key. None when a value is not of the type this layout assumes (the
+    generic path then encodes it)."""
+    attempt = fields["attempt"]
+    if (
+        type(attempt) not in _ATTEMPT_TYPES
+        or type(verdict.decision) is not str
+        or type(verdict.reason) is not str
+        or type(verdict.policy_hash) is not str
+        or type(fields["approval_id"]) not in _OPTIONAL_TEXT
+        or type(fields["approver"]) not in _OPTIONAL_TEXT
+        or type(fields["effect_key"]) not in _OPTIONAL_TEXT
+    ):
+        return None
+    controls = fields.get("controls")
+    controls_text = "" if controls is None else ',"controls":' + plain_text(controls)
+    text = string_text
+    # f-strings: one allocation per part, where `+` would build every intermediate string.
+    before = (
+        f'"action":{text(action.name)},"action_hash":{text(action.action_hash)}'
+        f',"action_id":{text(action.action_id)},"approval_id":{_opt(fields["approval_id"])}'
+        f',"approver":{_opt(fields["approver"])},"arguments":{action.arguments_text}'
+        f',"attempt":{"null" if attempt is None else int.__repr__(attempt)}'
+        f"{controls_text}"
+        f',"decision":{text(verdict.decision)},"decision_reason":{text(verdict.reason)}'
+        f',"effect_key":{_opt(fields["effect_key"])},"environment":{text(action.environment)}'
+        f',"error":{_opt(fields["error"])},"finished_at":{text(fields["finished_at"])}'
+        f',"policy_hash":{text(verdict.policy_hash)}'
+    )
+    between = (
+        f'"principal":{action.principal.text},"receipt_id":{text(fields["receipt_id"])}'
+        f',"resource":{_opt(action.resource)},"result":{text(fields["result"])}'
+        f',"schema":{_SCHEMA_TEXT}'
+    )
+    return before, between, f'"started_at":{text(fields["started_at"])}'
+
+
+_ATTEMPT_TYPES: Final = (int, type(None))
 
 
 def _receipt_instant(value: datetime) -> str:

@@ -80,3 +80,19 @@ def test_a_value_of_another_type_takes_the_generic_path():
     assert _parts(action, verdict, dict(draft)) is None
     expected = canonical_text({**draft, "seq": 1, "prev_hash": "h"})
     assert chain_receipt(draft, ChainHead(0, "h"))[1] == expected
+
+
+@given(arguments, lines, st.none() | lines, st.none() | lines, lines)
+def test_the_proposed_event_s_composed_data_is_the_event_encoder_s(
+    args, agent, user, resource, env
+):
+    import json
+
+    from ctrlrun.runtime.receipts import proposed
+    from ctrlrun.store.codec import event_data_json
+
+    action = Action("p.q", args, Principal(agent, user), resource=resource, environment=env)
+    data = proposed(action).data
+    expected = json.dumps(dict(data), sort_keys=True, separators=(",", ":"), default=repr)
+    assert event_data_json(data) == expected
+    assert json.loads(expected) == {"action": action.to_dict(), "action_hash": action.action_hash}

@@ -11,7 +11,7 @@ from ctrlrun.canonical import new_id, plain_text, string_text
 from ctrlrun.kernel.action import Action
 from ctrlrun.kernel.event import EventDraft, EventType
 from ctrlrun.kernel.receipt import RECEIPT_SCHEMA, ReceiptDraft, ReceiptResult
-from ctrlrun.store.codec import safe_text
+from ctrlrun.store.codec import EncodedEventData, safe_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,21 +141,24 @@ def describe(exc: BaseException) -> str:
 
 def proposed(action: Action) -> EventDraft:
     """``ACTION_PROPOSED`` carrying the whole action, so an in-flight call can be inspected."""
-    return EventDraft(
-        EventType.ACTION_PROPOSED,
-        action.action_id,
-        data={
-            "action": {
-                "action_id": action.action_id,
-                "arguments": action.plain_arguments,  # encoded at once, never mutated
-                "environment": action.environment,
-                "name": action.name,
-                "principal": action.principal.to_dict(),
-                "resource": action.resource,
-            },
-            "action_hash": action.action_hash,
+    data: dict[str, Any] = {
+        "action": {
+            "action_id": action.action_id,
+            "arguments": action.plain_arguments,  # encoded at once, never mutated
+            "environment": action.environment,
+            "name": action.name,
+            "principal": action.principal.to_dict(),
+            "resource": action.resource,
         },
-    )
+        "action_hash": action.action_hash,
+    }
+    stored = action.stored_text
+    if stored.isascii():
+        # The "action" value is the action's stored document, already canonical text; the
+        # event encoder escapes only what the canonical one does when the text is ASCII.
+        text = '{"action":' + stored + ',"action_hash":' + string_text(action.action_hash) + "}"
+        data = EncodedEventData(data, text)
+    return EventDraft(EventType.ACTION_PROPOSED, action.action_id, data=data)
 
 
 def evaluated(action: Action, verdict: Verdict, effect_key: str | None) -> EventDraft:

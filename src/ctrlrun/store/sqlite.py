@@ -134,8 +134,11 @@ class _Txn:
         # One multi-row statement instead of one execution per row: a call's events are one
         # statement, not four (each execution is a step through the VM and the bindings).
         sql = self._queries[query]
+        if len(params) == 1:
+            self._cur.execute(sql, params[0])
+            return
         names = _row_names(sql)
-        if names is None or len(params) < 2:
+        if names is None:
             self._cur.executemany(sql, params)
             return
         for first in range(0, len(params), _ROWS_PER_STATEMENT):
@@ -290,9 +293,9 @@ class SQLiteStateStore(StoreReads):
         except sqlite3.Error as exc:
             raise StoreError(f"SQLite store {self.path}: {exc}") from exc
 
-    def _commit(self, conn: sqlite3.Connection) -> None:
+    def _commit(self, conn: sqlite3.Connection, cursor: sqlite3.Cursor | None = None) -> None:
         try:
-            conn.execute("COMMIT")
+            (cursor or conn).execute("COMMIT")  # the write cursor: no new cursor per commit
         except sqlite3.Error as exc:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
@@ -312,13 +315,13 @@ class SQLiteStateStore(StoreReads):
             try:
                 result = fn(txn, *args, **kwargs)
             except KeptRefusal as kept:
-                self._commit(conn)
+                self._commit(conn, cursor)
                 raise kept.refusal from None
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
-            self._commit(conn)
+            self._commit(conn, cursor)
             return result
         except sqlite3.Error as exc:
             raise StoreError(f"SQLite store {self.path}: {exc}") from exc

@@ -154,6 +154,8 @@ class ReceiptDraft(Mapping[str, Any]):
             return None
         before, between, after = self._parts
         link = f'"prev_hash":{string_text(prev_hash)}'
+        if before and between and after:  # every Control receipt: one f-string, no filter
+            return f'{{{before},{link},{between},"seq":{seq},{after}}}'
         return "{" + _join(before, link, between, f'"seq":{seq}', after) + "}"
 
 

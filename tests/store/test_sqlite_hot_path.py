@@ -91,21 +91,29 @@ def test_many_events_go_in_order_as_multi_row_statements(tmp_path):
 
 
 def test_only_a_plain_values_row_is_folded_into_one_statement():
+    from ctrlrun.store.ops.evidence import EVENT_COLUMNS
     from ctrlrun.store.queries import load_queries
     from ctrlrun.store.sqlite import _row_names, _rows_statement
 
     queries = load_queries("sqlite")
-    assert _row_names(queries["event_insert"]) == (
-        "ts",
-        "type",
-        "action_id",
-        "effect_key",
-        "approval_id",
-        "data_json",
-    )
+    assert _row_names(queries["event_insert"]) == EVENT_COLUMNS  # insert_event_rows' order
     assert _rows_statement(queries["event_insert"], 2).endswith(
         "VALUES (?, ?, ?, ?, ?, ?), (?, ?, ?, ?, ?, ?)"
     )
     assert _row_names("INSERT INTO t (a, b) VALUES (:a, 'x')") is None
     assert _row_names("INSERT INTO t (a) VALUES (:a) ON CONFLICT DO NOTHING") is None
     assert _row_names(queries["effect_move"]) is None
+
+
+def test_run_many_still_folds_named_rows_into_one_statement(tmp_path):
+    store = ctrlrun.SQLiteStateStore(tmp_path / "state.db")
+    row = {
+        "ts": "2026-01-01T00:00:00.000000Z",
+        "type": "ACTION_PROPOSED",
+        "effect_key": None,
+        "approval_id": None,
+    }
+    rows = [{**row, "action_id": f"act_{n}", "data_json": "{}"} for n in range(3)]
+    store.transact(lambda txn: txn.run_many("event_insert", rows))
+    store.transact(lambda txn: txn.run_many("event_insert", rows[:1]))
+    assert [e.action_id for e in store.events()] == ["act_0", "act_1", "act_2", "act_0"]

@@ -146,6 +146,17 @@ class _Txn:
             values = [row[name] for row in chunk for name in names]
             self._cur.execute(_rows_statement(sql, len(chunk)), values)
 
+    def insert_event_rows(self, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Append events given as tuples in ``EVENT_COLUMNS`` order, in one statement per
+        ``_ROWS_PER_STATEMENT`` rows (``append_events_in_txn`` uses it when present)."""
+        sql = self._queries["event_insert"]
+        if len(rows) == 1:
+            self._cur.execute(_rows_statement(sql, 1), rows[0])
+            return
+        for first in range(0, len(rows), _ROWS_PER_STATEMENT):
+            chunk = rows[first : first + _ROWS_PER_STATEMENT]
+            self._cur.execute(_rows_statement(sql, len(chunk)), [v for row in chunk for v in row])
+
     def run_later(self, query: str, params: Mapping[str, Any]) -> None:
         self._cur.execute(self._queries[query], params)  # in-process: nothing to save
 

@@ -117,3 +117,10 @@ def test_run_many_still_folds_named_rows_into_one_statement(tmp_path):
     store.transact(lambda txn: txn.run_many("event_insert", rows))
     store.transact(lambda txn: txn.run_many("event_insert", rows[:1]))
     assert [e.action_id for e in store.events()] == ["act_0", "act_1", "act_2", "act_0"]
+
+
+@given(st.datetimes(timezones=st.just(UTC)), st.sampled_from([0, 1, 999, 1000, 999_999]))
+def test_an_instant_s_fraction_is_written_the_same_at_its_edges(instant, micro):
+    instant = instant.replace(microsecond=micro)
+    assert _instant_text(instant) == encode_instant(instant)
+    assert _receipt_instant(instant) == encode_receipt_instant(instant)

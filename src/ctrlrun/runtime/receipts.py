@@ -126,7 +126,11 @@ def _receipt_instant(value: datetime) -> str:
     """``encode_receipt_instant``, without its conversions for an instant already in UTC
     (every clock's reading is): ISO-8601 with milliseconds and ``Z``."""
     if value.tzinfo is UTC:
-        return value.isoformat(timespec="milliseconds")[:-6] + "Z"  # drop "+00:00"
+        # isoformat() without a timespec is the cheaper call; milliseconds truncate, as
+        # timespec="milliseconds" does, and a zero fraction is dropped by it
+        if value.microsecond:
+            return value.isoformat()[:23] + "Z"
+        return value.isoformat(timespec="milliseconds")[:-6] + "Z"
     return encode_receipt_instant(value)
 
 

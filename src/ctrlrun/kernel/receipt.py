@@ -141,6 +141,10 @@ class ReceiptDraft(Mapping[str, Any]):
     def __getitem__(self, key: str) -> Any:
         return self._fields[key]
 
+    def get(self, key: str, default: Any = None) -> Any:
+        """``Mapping.get`` without its Python-level ``__getitem__`` and ``KeyError``."""
+        return self._fields.get(key, default)
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._fields)
 

@@ -76,10 +76,6 @@ _SCHEMA_TEXT: Final = string_text(RECEIPT_SCHEMA)
 _OPTIONAL_TEXT: Final = (str, type(None))
 
 
-def _opt(value: str | None) -> str:
-    return "null" if value is None else string_text(value)
-
-
 def _parts(action: Action, verdict: Verdict, fields: dict[str, Any]) -> tuple[str, str, str] | None:
     """The draft's three canonical parts (around ``prev_hash`` and ``seq``), written out key by
     key in canonical order: what ``ReceiptDraft(fields, texts)`` prepares, without a lookup
@@ -99,22 +95,26 @@ def _parts(action: Action, verdict: Verdict, fields: dict[str, Any]) -> tuple[st
     controls = fields.get("controls")
     controls_text = "" if controls is None else ',"controls":' + plain_text(controls)
     text = string_text
+    approval_id = "null" if (value := fields["approval_id"]) is None else text(value)
+    approver = "null" if (value := fields["approver"]) is None else text(value)
+    effect_key = "null" if (value := fields["effect_key"]) is None else text(value)
+    error = "null" if (value := fields["error"]) is None else text(value)
+    resource = "null" if action.resource is None else text(action.resource)
     # f-strings: one allocation per part, where `+` would build every intermediate string.
     before = (
         f'"action":{text(action.name)},"action_hash":{text(action.action_hash)}'
-        f',"action_id":{text(action.action_id)},"approval_id":{_opt(fields["approval_id"])}'
-        f',"approver":{_opt(fields["approver"])},"arguments":{action.arguments_text}'
+        f',"action_id":{text(action.action_id)},"approval_id":{approval_id}'
+        f',"approver":{approver},"arguments":{action.arguments_text}'
         f',"attempt":{"null" if attempt is None else int.__repr__(attempt)}'
         f"{controls_text}"
         f',"decision":{text(verdict.decision)},"decision_reason":{text(verdict.reason)}'
-        f',"effect_key":{_opt(fields["effect_key"])},"environment":{text(action.environment)}'
-        f',"error":{_opt(fields["error"])},"finished_at":{text(fields["finished_at"])}'
+        f',"effect_key":{effect_key},"environment":{text(action.environment)}'
+        f',"error":{error},"finished_at":{text(fields["finished_at"])}'
         f',"policy_hash":{text(verdict.policy_hash)}'
     )
     between = (
         f'"principal":{action.principal.text},"receipt_id":{text(fields["receipt_id"])}'
-        f',"resource":{_opt(action.resource)},"result":{text(fields["result"])}'
-        f',"schema":{_SCHEMA_TEXT}'
+        f',"resource":{resource},"result":{text(fields["result"])},"schema":{_SCHEMA_TEXT}'
     )
     return before, between, f'"started_at":{text(fields["started_at"])}'
 

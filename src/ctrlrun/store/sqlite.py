@@ -105,9 +105,10 @@ def _instant_text(value: datetime) -> str:
 class _Txn:
     """A ``Txn`` over one sqlite3 connection inside ``BEGIN IMMEDIATE``.
 
-    Writes go through the thread's one cursor (``cursor``), reused across transactions: a
-    write's result is only its row count, and a new cursor per statement is an allocation
-    per statement. Reads take their own cursor, so a pending row never holds the writer's.
+    Writes and single-row reads go through the thread's one cursor (``cursor``), reused
+    across transactions: a write's result is only its row count, a ``one`` read's is copied
+    out at once, and a new cursor per statement is an allocation per statement. ``all``
+    takes its own cursor, so the rows it hands out never hold the writer's.
     """
 
     __slots__ = ("_conn", "_cur", "_now_text", "_queries", "now")
@@ -124,7 +125,9 @@ class _Txn:
         self._now_text: str | None = None
 
     def one(self, query: str, params: Mapping[str, Any]) -> sqlite3.Row | None:
-        row: sqlite3.Row | None = self._conn.execute(self._queries[query], params).fetchone()
+        # The write cursor too: the row is copied out by fetchone, and the cursor's next
+        # statement resets this one, so nothing stays pending on it.
+        row: sqlite3.Row | None = self._cur.execute(self._queries[query], params).fetchone()
         return row
 
     def all(self, query: str, params: Mapping[str, Any]) -> list[sqlite3.Row]:

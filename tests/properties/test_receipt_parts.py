@@ -96,3 +96,22 @@ def test_the_proposed_event_s_composed_data_is_the_event_encoder_s(
     expected = json.dumps(dict(data), sort_keys=True, separators=(",", ":"), default=repr)
     assert event_data_json(data) == expected
     assert json.loads(expected) == {"action": action.to_dict(), "action_hash": action.action_hash}
+
+
+@given(texts, texts, texts, st.lists(lines, max_size=3))
+def test_the_evaluated_event_s_data_is_encoded_as_it_was(decision, reason, policy_hash, cited):
+    import json
+
+    from ctrlrun.runtime.receipts import evaluated
+    from ctrlrun.store.codec import event_data_json
+
+    verdict = Verdict(decision, reason, policy_hash, tuple(sorted(cited)))
+    action = Action("p.q", {}, Principal("a"))
+    for _ in range(2):  # built once, then shared
+        data = evaluated(action, verdict, None).data
+        plain = {"decision": decision, "reason": reason, "policy_hash": policy_hash}
+        if cited:
+            plain["controls"] = sorted(cited)
+        assert dict(data) == plain
+        expected = json.dumps(plain, sort_keys=True, separators=(",", ":"), default=repr)
+        assert event_data_json(data) == expected

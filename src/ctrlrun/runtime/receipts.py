@@ -11,7 +11,7 @@ from ctrlrun.canonical import new_id, plain_text, string_text
 from ctrlrun.kernel.action import Action
 from ctrlrun.kernel.event import EventDraft, EventType
 from ctrlrun.kernel.receipt import RECEIPT_SCHEMA, ReceiptDraft, ReceiptResult
-from ctrlrun.store.codec import EncodedEventData, safe_text
+from ctrlrun.store.codec import EncodedEventData, event_data_json, safe_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,14 +168,22 @@ def proposed(action: Action) -> EventDraft:
 def evaluated(action: Action, verdict: Verdict, effect_key: str | None) -> EventDraft:
     """``POLICY_EVALUATED`` with the decision, its reason, the policy hash and (when any) the
     controls it was decided under."""
-    return EventDraft(
-        EventType.POLICY_EVALUATED,
-        action.action_id,
-        effect_key,
-        data={
+    data = _evaluated_data.get(verdict)
+    if data is None:
+        plain = {
             "decision": verdict.decision,
             "reason": verdict.reason,
             "policy_hash": verdict.policy_hash,
             **({"controls": list(verdict.controls)} if verdict.controls else {}),
-        },
-    )
+        }
+        data = EncodedEventData(plain, event_data_json(plain))
+        if len(_evaluated_data) >= _EVALUATED_KEPT:
+            _evaluated_data.clear()  # a policy with many rules: start over, never grow
+        _evaluated_data[verdict] = data
+    return EventDraft(EventType.POLICY_EVALUATED, action.action_id, effect_key, data=data)
+
+
+# A verdict's event data is the same for every call it decides, so it is built and encoded
+# once per verdict (read-only, like every EncodedEventData); bounded, not an LRU.
+_EVALUATED_KEPT: Final = 256
+_evaluated_data: dict[Verdict, EncodedEventData] = {}

@@ -124,3 +124,16 @@ def test_an_instant_s_fraction_is_written_the_same_at_its_edges(instant, micro):
     instant = instant.replace(microsecond=micro)
     assert _instant_text(instant) == encode_instant(instant)
     assert _receipt_instant(instant) == encode_receipt_instant(instant)
+
+
+def test_iso_text_is_isoformat_and_reuses_only_the_same_instant():
+    from datetime import datetime
+
+    from ctrlrun._time import iso_text
+
+    first = datetime(2026, 1, 1, 0, 0, 0, 123456, tzinfo=UTC)
+    same_value = datetime(2026, 1, 1, 0, 0, 0, 123456, tzinfo=timezone(timedelta(hours=1)))
+    assert iso_text(first) == first.isoformat()
+    assert iso_text(first) is iso_text(first)  # reused
+    assert iso_text(same_value) == same_value.isoformat()  # equal instant, other object
+    assert iso_text(first) == first.isoformat()

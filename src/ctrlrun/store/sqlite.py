@@ -19,7 +19,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-from ctrlrun._time import Clock, decode_instant, encode_instant, utc_now
+from ctrlrun._time import Clock, decode_instant, encode_instant, iso_text, utc_now
 from ctrlrun._version import __version__
 from ctrlrun.errors import InvalidArgument, SchemaMismatch, StoreError
 from ctrlrun.kernel.approval import (
@@ -97,7 +97,7 @@ def _instant_text(value: datetime) -> str:
     if value.tzinfo is UTC:
         # isoformat() without a timespec is the cheaper call; it drops a zero fraction
         if value.microsecond:
-            return value.isoformat()[:-6] + "Z"  # drop "+00:00"
+            return iso_text(value)[:-6] + "Z"  # drop "+00:00"
         return value.isoformat(timespec="microseconds")[:-6] + "Z"
     return encode_instant(value)
 

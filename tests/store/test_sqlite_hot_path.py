@@ -93,7 +93,8 @@ def test_many_events_go_in_order_as_multi_row_statements(tmp_path):
 def test_only_a_plain_values_row_is_folded_into_one_statement():
     from ctrlrun.store.ops.evidence import EVENT_COLUMNS
     from ctrlrun.store.queries import load_queries
-    from ctrlrun.store.sqlite import _row_names, _rows_statement
+    from ctrlrun.store.sqlite_rows import row_names as _row_names
+    from ctrlrun.store.sqlite_rows import rows_statement as _rows_statement
 
     queries = load_queries("sqlite")
     assert _row_names(queries["event_insert"]) == EVENT_COLUMNS  # insert_event_rows' order

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import itertools
 import os
-import re
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -38,6 +36,7 @@ from ctrlrun.store.ops.effects import begin_execution_in_txn, resolve_effect_in_
 from ctrlrun.store.protocol import DriverTxn, FinishRequest, Started, StartRequest
 from ctrlrun.store.queries import load_queries, migration_files
 from ctrlrun.store.reads import StoreReads
+from ctrlrun.store.sqlite_rows import ROWS_PER_STATEMENT, row_names, rows_statement
 
 T = TypeVar("T")
 
@@ -56,39 +55,6 @@ def _forked() -> None:
 
 if hasattr(os, "register_at_fork"):  # pragma: no branch - every POSIX CPython has it
     os.register_at_fork(after_in_child=_forked)
-
-
-_VALUES: Final = re.compile(r"\bVALUES\s*\(([^()]*)\)\s*\Z", re.IGNORECASE)
-_NAMED: Final = re.compile(r"\s*:([A-Za-z_][A-Za-z0-9_]*)\s*\Z")
-# Well under SQLite's limit of 32,766 bound values per statement, for any row width.
-_ROWS_PER_STATEMENT: Final = 100
-
-
-@lru_cache(maxsize=64)
-def _row_names(sql: str) -> tuple[str, ...] | None:
-    """For ``INSERT ... VALUES (:a, :b)`` with nothing after the row: the parameter names in
-    order; None for any other statement (which then runs once per row)."""
-    match = _VALUES.search(sql)
-    if match is None:
-        return None
-    names = []
-    for item in match.group(1).split(","):
-        named = _NAMED.fullmatch(item)
-        if named is None:
-            return None
-        names.append(named.group(1))
-    return tuple(names)
-
-
-@lru_cache(maxsize=256)
-def _rows_statement(sql: str, rows: int) -> str:
-    """``sql`` (one for which ``_row_names`` answers) inserting ``rows`` rows at once, with
-    positional parameters: the names' values row after row."""
-    match = _VALUES.search(sql)
-    assert match is not None
-    width = len(match.group(1).split(","))
-    row = "(" + ", ".join(["?"] * width) + ")"
-    return sql[: match.start()] + "VALUES " + ", ".join([row] * rows)
 
 
 def _instant_text(value: datetime) -> str:
@@ -143,25 +109,25 @@ class _Txn:
         if len(params) == 1:
             self._cur.execute(sql, params[0])
             return
-        names = _row_names(sql)
+        names = row_names(sql)
         if names is None:
             self._cur.executemany(sql, params)
             return
-        for first in range(0, len(params), _ROWS_PER_STATEMENT):
-            chunk = params[first : first + _ROWS_PER_STATEMENT]
+        for first in range(0, len(params), ROWS_PER_STATEMENT):
+            chunk = params[first : first + ROWS_PER_STATEMENT]
             values = [row[name] for row in chunk for name in names]
-            self._cur.execute(_rows_statement(sql, len(chunk)), values)
+            self._cur.execute(rows_statement(sql, len(chunk)), values)
 
     def insert_event_rows(self, rows: Sequence[tuple[Any, ...]]) -> None:
         """Append events given as tuples in ``EVENT_COLUMNS`` order, in one statement per
-        ``_ROWS_PER_STATEMENT`` rows (``append_events_in_txn`` uses it when present)."""
+        ``ROWS_PER_STATEMENT`` rows (``append_events_in_txn`` uses it when present)."""
         sql = self._queries["event_insert"]
         if len(rows) == 1:
-            self._cur.execute(_rows_statement(sql, 1), rows[0])
+            self._cur.execute(rows_statement(sql, 1), rows[0])
             return
-        for first in range(0, len(rows), _ROWS_PER_STATEMENT):
-            chunk = rows[first : first + _ROWS_PER_STATEMENT]
-            self._cur.execute(_rows_statement(sql, len(chunk)), [v for row in chunk for v in row])
+        for first in range(0, len(rows), ROWS_PER_STATEMENT):
+            chunk = rows[first : first + ROWS_PER_STATEMENT]
+            self._cur.execute(rows_statement(sql, len(chunk)), [v for row in chunk for v in row])
 
     def run_later(self, query: str, params: Mapping[str, Any]) -> None:
         self._cur.execute(self._queries[query], params)  # in-process: nothing to save

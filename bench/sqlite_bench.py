@@ -215,6 +215,9 @@ class Replay:
         events = [row[0] for row in self.conn.execute("SELECT data_json FROM events")]
         self.first, self.second = events[:4], events[4]
         self.document = self.conn.execute("SELECT document FROM receipts").fetchone()[0]
+        one_row = "(?, ?, ?, ?, ?, ?)"
+        head = self.q["event_insert"][: self.q["event_insert"].index("VALUES")]
+        self.events_sql = head + "VALUES " + ", ".join([one_row] * len(self.first))
 
     def op(self, i: int) -> None:
         c, q, key, aid = self.conn, self.q, f"replay:{i}", f"act_{i:032x}"
@@ -226,7 +229,9 @@ class Replay:
             q["effect_insert"],
             {**effect, "created_at": ts, "updated_at": ts, "lease_expires_at": ts},
         )
-        c.executemany(q["event_insert"], [{**event, "data_json": d} for d in self.first])
+        # one multi-row INSERT for the transaction's events, as the store writes them
+        rows = [(ts, "X", aid, key, None, d) for d in self.first]
+        c.execute(self.events_sql, [value for row in rows for value in row])
         c.execute("COMMIT")
         c.execute("BEGIN IMMEDIATE")
         moved = {**effect, "state": "committed", "from_state": "executing", "updated_at": ts}

@@ -35,6 +35,23 @@ def check_positive(value: timedelta, what: str) -> timedelta:
     return value
 
 
+# The last instant isoformat() wrote, by identity: the store stamps a reservation's lease
+# expiry and its EFFECT_RESERVED event reports the same datetime object right after, and
+# isoformat() (a printf underneath) is one of the dearer calls of a protected call. One cell,
+# replaced whole, so a reader on another thread sees a matching pair or a miss.
+_last_iso: list[tuple[datetime, str] | None] = [None]
+
+
+def iso_text(value: datetime) -> str:
+    """``value.isoformat()``, reusing the text when ``value`` is the instant just written."""
+    last = _last_iso[0]
+    if last is not None and last[0] is value:
+        return last[1]
+    text = value.isoformat()
+    _last_iso[0] = (value, text)
+    return text
+
+
 def encode_instant(value: datetime) -> str:
     """Exact text form: ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` in UTC."""
     return value.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"

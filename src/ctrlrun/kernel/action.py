@@ -91,14 +91,17 @@ def _principal_text(agent: str, user: str | None) -> str:
 
 
 @lru_cache(maxsize=1024)
-def _document_tail(environment: str, name: str, principal: Principal, resource: str | None) -> str:
+def _document_tail(
+    environment: str, name: str, agent: str, user: str | None, resource: str | None
+) -> str:
     """The canonical text of an action document after its arguments: every other key sorts
     after ``arguments``, and these few values repeat from call to call, so they are encoded
-    once per combination instead of once per call."""
+    once per combination instead of once per call. (Keyed by plain strings, whose hashes are
+    cached, rather than by the ``Principal``, whose hash is computed per call.)"""
     rest = {
         "environment": environment,
         "name": name,
-        "principal": principal.to_dict(),
+        "principal": {"agent": agent, "user": user},
         "resource": resource,
         "schema": ACTION_SCHEMA,
     }
@@ -150,18 +153,27 @@ class Action:
             raise InvalidArgument(f"action_id must be 1-128 id characters, got {action_id!r}")
         self.action_id = action_id
         # One validating encode; the private copy is parsed back from it, so the caller's
-        # objects are never shared and every later encode works on known-plain data.
-        self._args_text = canonical_text(arguments, "arguments")
+        # objects are never shared and every later encode works on known-plain data. Flat
+        # arguments (exact str keys, exact scalar values) are plain by their copy's
+        # construction: encoded without the walk (text is checked as UTF-8 below).
         flat = _flat_copy(arguments)
         self._flat = flat is not None
-        self._args: dict[str, Any] = json.loads(self._args_text) if flat is None else flat
+        if flat is None:
+            self._args_text = canonical_text(arguments, "arguments")
+            self._args: dict[str, Any] = json.loads(self._args_text)
+        else:
+            self._args_text = plain_text(flat)
+            self._args = flat
         # The document's canonical text, composed: the arguments are already canonical text
         # and every other key sorts after "arguments" (tests/unit/test_pinned_bytes.py).
-        tail = _document_tail(self.environment, self.name, principal, self.resource)
+        tail = _document_tail(
+            self.environment, self.name, principal.agent, principal.user, self.resource
+        )
         self._text = '{"arguments":' + self._args_text + "," + tail
         try:
             self._canonical = self._text.encode("utf-8")
         except UnicodeEncodeError:  # a lone surrogate: the validating encoder names where
+            canonical_text(arguments, "arguments")  # in the arguments, named as before
             canonical_bytes(json.loads(self._text))
             raise  # pragma: no cover - canonical_bytes raised InvalidArgument
         self._hash = sha256_hex(self._canonical)

@@ -186,7 +186,7 @@ class Policy:
     not part of it. A policy that cites no control hashes as it did before controls existed.
     """
 
-    __slots__ = ("_actions", "_controls", "_hash", "_source")
+    __slots__ = ("_actions", "_controls", "_decided", "_hash", "_source")
 
     def __init__(
         self,
@@ -206,6 +206,13 @@ class Policy:
         )
         for entry in table.values():
             _check_cited(entry, self._controls)
+        # An entry-level decision is the same answer for every call: built once, shared
+        # (an Evaluation is immutable).
+        self._decided = {
+            name: Evaluation(entry.decision, Reason.DECISION, controls=entry.controls)
+            for name, entry in table.items()
+            if entry.decision is not None
+        }
         self._source = source
         self._hash = digest(self.to_document())
 
@@ -246,11 +253,12 @@ class Policy:
         deny ``no_matching_rule``; a condition that cannot be evaluated in a rule reached
         before a match → deny ``condition_unevaluable`` with that rule's index.
         """
+        decided = self._decided.get(action.name)
+        if decided is not None:
+            return decided
         entry = self._actions.get(action.name)
         if entry is None:
             return Evaluation(Decision.DENY, Reason.UNKNOWN_ACTION)
-        if entry.decision is not None:
-            return Evaluation(entry.decision, Reason.DECISION, controls=entry.controls)
         return _evaluate_rules(entry, action)
 
     def to_document(self) -> dict[str, Any]:

@@ -128,8 +128,22 @@ class ReceiptDraft(Mapping[str, Any]):
             for segment in layout
         )
 
+    @classmethod
+    def from_parts(cls, fields: dict[str, Any], parts: tuple[str, str, str]) -> ReceiptDraft:
+        """A draft whose three parts the caller composed: exactly what ``ReceiptDraft(fields,
+        texts)`` would prepare for the same values (the caller's contract, held by test). For a
+        caller that knows its keys and value types, so nothing is looked up or dispatched."""
+        draft = cls.__new__(cls)
+        draft._fields = fields
+        draft._parts = parts
+        return draft
+
     def __getitem__(self, key: str) -> Any:
         return self._fields[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """``Mapping.get`` without its Python-level ``__getitem__`` and ``KeyError``."""
+        return self._fields.get(key, default)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._fields)
@@ -144,6 +158,8 @@ class ReceiptDraft(Mapping[str, Any]):
             return None
         before, between, after = self._parts
         link = f'"prev_hash":{string_text(prev_hash)}'
+        if before and between and after:  # every Control receipt: one f-string, no filter
+            return f'{{{before},{link},{between},"seq":{seq},{after}}}'
         return "{" + _join(before, link, between, f'"seq":{seq}', after) + "}"
 
 

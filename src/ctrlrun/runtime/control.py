@@ -289,7 +289,7 @@ class Control:
     ) -> Receipt:
         attempt = started.reservation.attempt if started.reservation is not None else None
         error = describe(exc) if exc is not None else None
-        draft = self._draft(call, started, ReceiptResult(outcome.value), error, attempt)
+        draft = self._draft(call, started, _OUTCOME_RESULTS[outcome], error, attempt)
         data = {"attempt": attempt} if error is None else {"attempt": attempt, "error": error}
         event = EventDraft(
             _OUTCOME_EVENTS[outcome], call.action.action_id, call.effect_key, data=data
@@ -383,6 +383,9 @@ _OUTCOME_EVENTS = {
     EffectState.FAILED: EventType.EXECUTION_FAILED,
     EffectState.AMBIGUOUS: EventType.EXECUTION_AMBIGUOUS,
 }
+
+
+_OUTCOME_RESULTS = {state: ReceiptResult(state.value) for state in _OUTCOME_EVENTS}
 
 
 def _denied_event(call: _Call, exc: ActionDenied) -> EventDraft:

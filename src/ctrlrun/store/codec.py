@@ -106,9 +106,25 @@ _C_EVENT_ENCODER = (
 )
 
 
+class EncodedEventData(dict[str, Any]):
+    """Event data that carries its own ``event_data_json`` text, composed by whoever built it
+    from texts already encoded (the proposed event's action). The producer's contract, held
+    by test: ``text`` is exactly what encoding the dict would give; never mutate one."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, data: dict[str, Any], text: str) -> None:
+        super().__init__(data)
+        self.text = text
+
+
 def event_data_json(data: Mapping[str, Any]) -> str:
     """Event data as JSON text; never raises (odd values become their ``repr``)."""
-    if _C_EVENT_ENCODER is not None and type(data) is dict:
+    kind = type(data)
+    if kind is EncodedEventData:
+        text: str = data.text  # type: ignore[attr-defined]
+        return text
+    if _C_EVENT_ENCODER is not None and kind is dict:
         try:
             return "".join(_C_EVENT_ENCODER(data, 0))
         except RecursionError:

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-from ctrlrun._time import Clock, decode_instant, encode_instant, utc_now
+from ctrlrun._time import Clock, decode_instant, encode_instant, iso_text, utc_now
 from ctrlrun._version import __version__
 from ctrlrun.errors import InvalidArgument, SchemaMismatch, StoreError
 from ctrlrun.kernel.approval import (
@@ -36,6 +36,7 @@ from ctrlrun.store.ops.effects import begin_execution_in_txn, resolve_effect_in_
 from ctrlrun.store.protocol import DriverTxn, FinishRequest, Started, StartRequest
 from ctrlrun.store.queries import load_queries, migration_files
 from ctrlrun.store.reads import StoreReads
+from ctrlrun.store.sqlite_rows import ROWS_PER_STATEMENT, row_names, rows_statement
 
 T = TypeVar("T")
 
@@ -60,16 +61,20 @@ def _instant_text(value: datetime) -> str:
     """``encode_instant``, without its conversions for an instant already in UTC (every
     clock's reading on the hot path is): ISO-8601 with microseconds and ``Z``."""
     if value.tzinfo is UTC:
-        return value.isoformat(timespec="microseconds")[:-6] + "Z"  # drop "+00:00"
+        # isoformat() without a timespec is the cheaper call; it drops a zero fraction
+        if value.microsecond:
+            return iso_text(value)[:-6] + "Z"  # drop "+00:00"
+        return value.isoformat(timespec="microseconds")[:-6] + "Z"
     return encode_instant(value)
 
 
 class _Txn:
     """A ``Txn`` over one sqlite3 connection inside ``BEGIN IMMEDIATE``.
 
-    Writes go through the thread's one cursor (``cursor``), reused across transactions: a
-    write's result is only its row count, and a new cursor per statement is an allocation
-    per statement. Reads take their own cursor, so a pending row never holds the writer's.
+    Writes and single-row reads go through the thread's one cursor (``cursor``), reused
+    across transactions: a write's result is only its row count, a ``one`` read's is copied
+    out at once, and a new cursor per statement is an allocation per statement. ``all``
+    takes its own cursor, so the rows it hands out never hold the writer's.
     """
 
     __slots__ = ("_conn", "_cur", "_now_text", "_queries", "now")
@@ -86,7 +91,9 @@ class _Txn:
         self._now_text: str | None = None
 
     def one(self, query: str, params: Mapping[str, Any]) -> sqlite3.Row | None:
-        row: sqlite3.Row | None = self._conn.execute(self._queries[query], params).fetchone()
+        # The write cursor too: the row is copied out by fetchone, and the cursor's next
+        # statement resets this one, so nothing stays pending on it.
+        row: sqlite3.Row | None = self._cur.execute(self._queries[query], params).fetchone()
         return row
 
     def all(self, query: str, params: Mapping[str, Any]) -> list[sqlite3.Row]:
@@ -96,7 +103,31 @@ class _Txn:
         return self._cur.execute(self._queries[query], params).rowcount
 
     def run_many(self, query: str, params: Sequence[Mapping[str, Any]]) -> None:
-        self._cur.executemany(self._queries[query], params)
+        # One multi-row statement instead of one execution per row: a call's events are one
+        # statement, not four (each execution is a step through the VM and the bindings).
+        sql = self._queries[query]
+        if len(params) == 1:
+            self._cur.execute(sql, params[0])
+            return
+        names = row_names(sql)
+        if names is None:
+            self._cur.executemany(sql, params)
+            return
+        for first in range(0, len(params), ROWS_PER_STATEMENT):
+            chunk = params[first : first + ROWS_PER_STATEMENT]
+            values = [row[name] for row in chunk for name in names]
+            self._cur.execute(rows_statement(sql, len(chunk)), values)
+
+    def insert_event_rows(self, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Append events given as tuples in ``EVENT_COLUMNS`` order, in one statement per
+        ``ROWS_PER_STATEMENT`` rows (``append_events_in_txn`` uses it when present)."""
+        sql = self._queries["event_insert"]
+        if len(rows) == 1:
+            self._cur.execute(rows_statement(sql, 1), rows[0])
+            return
+        for first in range(0, len(rows), ROWS_PER_STATEMENT):
+            chunk = rows[first : first + ROWS_PER_STATEMENT]
+            self._cur.execute(rows_statement(sql, len(chunk)), [v for row in chunk for v in row])
 
     def run_later(self, query: str, params: Mapping[str, Any]) -> None:
         self._cur.execute(self._queries[query], params)  # in-process: nothing to save
@@ -245,9 +276,9 @@ class SQLiteStateStore(StoreReads):
         except sqlite3.Error as exc:
             raise StoreError(f"SQLite store {self.path}: {exc}") from exc
 
-    def _commit(self, conn: sqlite3.Connection) -> None:
+    def _commit(self, conn: sqlite3.Connection, cursor: sqlite3.Cursor | None = None) -> None:
         try:
-            conn.execute("COMMIT")
+            (cursor or conn).execute("COMMIT")  # the write cursor: no new cursor per commit
         except sqlite3.Error as exc:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
@@ -267,13 +298,13 @@ class SQLiteStateStore(StoreReads):
             try:
                 result = fn(txn, *args, **kwargs)
             except KeptRefusal as kept:
-                self._commit(conn)
+                self._commit(conn, cursor)
                 raise kept.refusal from None
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
-            self._commit(conn)
+            self._commit(conn, cursor)
             return result
         except sqlite3.Error as exc:
             raise StoreError(f"SQLite store {self.path}: {exc}") from exc

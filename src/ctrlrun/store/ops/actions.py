@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ctrlrun._time import iso_text
 from ctrlrun.kernel.effect import EffectState
 from ctrlrun.kernel.event import EventDraft, EventType
 from ctrlrun.kernel.receipt import StoredReceipt
@@ -57,7 +58,7 @@ def start_action_in_txn(txn: Txn, request: StartRequest) -> Started:
                 request.effect_key,
                 data={
                     "attempt": attempt,
-                    "lease_expires_at": reservation.lease_expires_at.isoformat(),
+                    "lease_expires_at": iso_text(reservation.lease_expires_at),
                 },
             )
         )

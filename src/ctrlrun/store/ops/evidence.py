@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Final
 
 from ctrlrun.errors import StoreError
 from ctrlrun.kernel.event import EventDraft
@@ -13,21 +13,35 @@ from ctrlrun.store.ops import Txn
 
 
 def append_events_in_txn(txn: Txn, drafts: Iterable[EventDraft]) -> None:
-    """Append ``drafts`` in order, stamped with the transaction's clock."""
+    """Append ``drafts`` in order, stamped with the transaction's clock.
+
+    A backend whose transaction has ``insert_event_rows`` (SQLite) takes the rows as tuples
+    in ``EVENT_COLUMNS`` order, without a dict per row; any other gets ``event_insert`` with
+    named parameters.
+    """
     ts = txn.ts(txn.now)
     rows = [
-        {
-            "ts": ts,
-            "type": str(draft.type),
-            "action_id": draft.action_id,
-            "effect_key": draft.effect_key,
-            "approval_id": draft.approval_id,
-            "data_json": event_data_json(draft.data),
-        }
+        (
+            ts,
+            str(draft.type),
+            draft.action_id,
+            draft.effect_key,
+            draft.approval_id,
+            event_data_json(draft.data),
+        )
         for draft in drafts
     ]
-    if rows:
-        txn.run_many("event_insert", rows)
+    if not rows:
+        return
+    insert_rows = getattr(txn, "insert_event_rows", None)
+    if insert_rows is not None:
+        insert_rows(rows)
+    else:
+        txn.run_many("event_insert", [dict(zip(EVENT_COLUMNS, row, strict=True)) for row in rows])
+
+
+EVENT_COLUMNS: Final = ("ts", "type", "action_id", "effect_key", "approval_id", "data_json")
+"""The columns of ``event_insert``, in the order ``insert_event_rows`` takes them."""
 
 
 def put_receipt_in_txn(txn: Txn, draft: Mapping[str, Any]) -> StoredReceipt:

@@ -2,6 +2,8 @@
 connection (spawned, so no connection crosses a fork).
 
 * distinct keys: every process calls as fast as it can for a fixed window; the total is calls/s.
+  Kind ``sharded``: ctrlrun with each process on a schema of its own, so on a chain of its own
+  (the scaling route docs/postgres.md names: two schemas have two head rows and never contend).
 * one key: every round, all processes call on the same fresh key at once; one wins, the rest
   are refused, and each reports how long it took from the barrier to its answer.
 """
@@ -9,6 +11,7 @@ connection (spawned, so no connection crosses a fork).
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import statistics
 import tempfile
 import time
@@ -33,13 +36,16 @@ def _protected(url: str, schema: str, workdir: str) -> Any:
     return act
 
 
-def _distinct(kind: str, url: str, schema: str, workdir: str, barrier: Any, window: float) -> int:
-    """Calls completed by this process in ``window`` seconds after the barrier."""
+def _distinct(
+    kind: str, url: str, schema: str, workdir: str, barrier: Any, window: float
+) -> tuple[int, float | None]:
+    """Calls completed by this process in ``window`` seconds after the barrier, and the
+    machine's busy CPU seconds over that window (``busy_seconds``)."""
     tag = f"{kind}-{mp.current_process().pid}"
     if kind in ("floor", "chain"):
         floor = pg_common.Floor(url, schema)
         call = floor.call if kind == "floor" else floor.call_chained
-    else:
+    else:  # "ctrlrun" or "sharded": the schema given to this process decides which
         act = _protected(url, schema, workdir)
 
         def call(i: int) -> None:
@@ -49,11 +55,13 @@ def _distinct(kind: str, url: str, schema: str, workdir: str, barrier: Any, wind
         for i in range(20):  # connect and warm up outside the window
             call(-1 - i)
         barrier.wait()
+        busy = busy_seconds()
         done, deadline = 0, time.perf_counter() + window
         while time.perf_counter() < deadline:
             call(done)
             done += 1
-    return done
+        after = busy_seconds()
+    return done, None if busy is None or after is None else after - busy
 
 
 def _one_key(
@@ -84,7 +92,10 @@ def _one_key(
     return out
 
 
-def _run(target: Any, kind: str, url: str, schema: str, extra: Any) -> list[Any]:
+def _run(target: Any, kind: str, url: str, schema: str | list[str], extra: Any) -> list[Any]:
+    """``target`` in ``PROCESSES`` spawned processes behind one barrier; ``schema`` is one for
+    all, or one per process."""
+    schemas = schema if isinstance(schema, list) else [schema] * PROCESSES
     ctx = mp.get_context("spawn")
     with (
         tempfile.TemporaryDirectory() as workdir,
@@ -93,24 +104,48 @@ def _run(target: Any, kind: str, url: str, schema: str, extra: Any) -> list[Any]
     ):
         barrier = manager.Barrier(PROCESSES)
         jobs = [
-            pool.apply_async(target, (kind, url, schema, workdir, barrier, extra))
-            for _ in range(PROCESSES)
+            pool.apply_async(target, (kind, url, own, workdir, barrier, extra)) for own in schemas
         ]
         return [job.get(timeout=600) for job in jobs]
 
 
-def distinct_keys(url: str, kind: str, window: float) -> float:
-    """Total calls/s of ``PROCESSES`` processes on distinct keys (one fresh schema)."""
-    schema = pg_common.new_schema(url, f"b8_{kind}")
+def busy_seconds() -> float | None:
+    """CPU seconds the whole machine has spent busy (every core, every process: this client,
+    the others and the server), from Linux's ``/proc/stat``; None elsewhere."""
     try:
-        if kind in ("floor", "chain"):  # create the tables once, not racing eight CREATEs
-            pg_common.Floor(url, schema).close()
-        else:
-            pg_common.PostgresStateStore(url, schema=schema).close()
-        counts = _run(_distinct, kind, url, schema, window)
+        with open("/proc/stat") as stat:
+            fields = [int(x) for x in stat.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class Throughput:
+    per_second: float  # calls/s of all processes together
+    cpu_us: float | None  # the machine's busy CPU per call (client and server), µs
+
+
+def distinct_keys(url: str, kind: str, window: float) -> Throughput:
+    """Total calls/s of ``PROCESSES`` processes on distinct keys (one fresh schema; for
+    ``sharded``, one fresh schema per process)."""
+    count = PROCESSES if kind == "sharded" else 1
+    schemas = [pg_common.new_schema(url, f"b8_{kind}") for _ in range(count)]
+    try:
+        for schema in schemas:  # create the tables once, not racing eight CREATEs
+            if kind in ("floor", "chain"):
+                pg_common.Floor(url, schema).close()
+            else:
+                pg_common.PostgresStateStore(url, schema=schema).close()
+        counts = _run(_distinct, kind, url, schemas if count > 1 else schemas[0], window)
     finally:
-        pg_common.drop_schema(url, schema)
-    return sum(counts) / window
+        for schema in schemas:
+            pg_common.drop_schema(url, schema)
+    calls = sum(done for done, _ in counts)
+    busy = [b for _, b in counts if b is not None]
+    cpu = statistics.median(busy) / calls * 1e6 if busy and calls else None
+    return Throughput(calls / window, cpu)
 
 
 @dataclass(frozen=True)

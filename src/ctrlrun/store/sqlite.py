@@ -113,15 +113,15 @@ class _Txn:
         if names is None:
             self._cur.executemany(sql, params)
             return
-        for first in range(0, len(params), ROWS_PER_STATEMENT):
-            chunk = params[first : first + ROWS_PER_STATEMENT]
-            values = [row[name] for row in chunk for name in names]
-            self._cur.execute(rows_statement(sql, len(chunk)), values)
+        self._insert_rows(sql, [tuple(row[name] for name in names) for row in params])
 
     def insert_event_rows(self, rows: Sequence[tuple[Any, ...]]) -> None:
-        """Append events given as tuples in ``EVENT_COLUMNS`` order, in one statement per
-        ``ROWS_PER_STATEMENT`` rows (``append_events_in_txn`` uses it when present)."""
-        sql = self._queries["event_insert"]
+        """See ``Txn.insert_event_rows``: one statement per ``ROWS_PER_STATEMENT`` rows."""
+        self._insert_rows(self._queries["event_insert"], rows)
+
+    def _insert_rows(self, sql: str, rows: Sequence[tuple[Any, ...]]) -> None:
+        """``sql`` (a plain ``INSERT … VALUES (…)``) for every row, positionally, many rows per
+        statement."""
         if len(rows) == 1:
             self._cur.execute(rows_statement(sql, 1), rows[0])
             return

@@ -40,6 +40,11 @@ class Txn(Protocol):
         """Run named ``query`` once per parameter set."""
         ...
 
+    def insert_event_rows(self, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Append events given as tuples in ``EVENT_COLUMNS`` order (``store/ops/evidence``):
+        ``event_insert`` for each row, in order, as cheaply as the backend can."""
+        ...
+
     def run_later(self, query: str, params: Mapping[str, Any]) -> None:
         """Run named ``query``, whose row count nobody needs, no later than the COMMIT.
 

@@ -13,12 +13,8 @@ from ctrlrun.store.ops import Txn
 
 
 def append_events_in_txn(txn: Txn, drafts: Iterable[EventDraft]) -> None:
-    """Append ``drafts`` in order, stamped with the transaction's clock.
-
-    A backend whose transaction has ``insert_event_rows`` (SQLite) takes the rows as tuples
-    in ``EVENT_COLUMNS`` order, without a dict per row; any other gets ``event_insert`` with
-    named parameters.
-    """
+    """Append ``drafts`` in order, stamped with the transaction's clock (rows as tuples in
+    ``EVENT_COLUMNS`` order: no dict per row where the backend needs none)."""
     ts = txn.ts(txn.now)
     rows = [
         (
@@ -31,13 +27,8 @@ def append_events_in_txn(txn: Txn, drafts: Iterable[EventDraft]) -> None:
         )
         for draft in drafts
     ]
-    if not rows:
-        return
-    insert_rows = getattr(txn, "insert_event_rows", None)
-    if insert_rows is not None:
-        insert_rows(rows)
-    else:
-        txn.run_many("event_insert", [dict(zip(EVENT_COLUMNS, row, strict=True)) for row in rows])
+    if rows:
+        txn.insert_event_rows(rows)
 
 
 EVENT_COLUMNS: Final = ("ts", "type", "action_id", "effect_key", "approval_id", "data_json")

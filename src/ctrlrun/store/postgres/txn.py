@@ -38,6 +38,7 @@ from psycopg.adapt import Transformer
 from psycopg.generators import execute as collect_results
 from psycopg.pq.abc import PGresult
 
+from ctrlrun.store.ops.evidence import EVENT_COLUMNS
 from ctrlrun.store.postgres.connections import Connection
 from ctrlrun.store.postgres.witness import DEFERRABLE, EFFECT_WRITES, Witness
 
@@ -151,6 +152,10 @@ class PgTxn:
     def run_many(self, query: str, params: Sequence[Mapping[str, Any]]) -> None:
         for one in params:
             self.run_later(query, one)
+
+    def insert_event_rows(self, rows: Sequence[tuple[Any, ...]]) -> None:
+        """See ``Txn.insert_event_rows``: ``event_insert`` per row, queued for the COMMIT."""
+        self.run_many("event_insert", [dict(zip(EVENT_COLUMNS, row, strict=True)) for row in rows])
 
     def run_later(self, query: str, params: Mapping[str, Any]) -> None:
         """Queue ``query``; it travels with the next statement or the COMMIT. Only for

@@ -10,15 +10,18 @@ from typing import Any
 
 import pytest
 
+import ctrlrun
+from ctrlrun import Control, Policy
 from ctrlrun.postgres import PostgresStateStore
 from support.pg import PgServer
 from support.pg_fixtures import PgSchema
 from support.pg_sql import wait_for_lock_waiter
 from support.pgbouncer import PgBouncer, start_pgbouncer
 from support.pgproxy import PgProxy
+from support.policies import POLICY
 
 KEY = "refund:pay_1"
-__all__ = ["KEY", "in_thread", "wait_for_lock_waiter"]
+__all__ = ["KEY", "in_thread", "left_ambiguous", "wait_for_lock_waiter"]
 
 
 @pytest.fixture
@@ -103,3 +106,20 @@ def in_thread(fn: Callable[[], Any]) -> Future[Any]:
     future = pool.submit(fn)
     pool.shutdown(wait=False)
     return future
+
+
+def left_ambiguous(
+    store: PostgresStateStore, executor: Any, hook: Callable[[str], str]
+) -> Callable[..., Any]:
+    """``refund(payment_id, amount)`` protected with the reconcile ``hook``, whose first call
+    (on ``KEY``) already ended AMBIGUOUS: the executor raised ``TimeoutError`` once."""
+    control = Control(Policy.from_yaml(POLICY), store)
+
+    @ctrlrun.protect("stripe.refund", control=control, reconcile=hook)
+    def refund(payment_id: str, amount: int) -> Any:
+        return executor(payment_id=payment_id)
+
+    executor.fail_with.append(TimeoutError())
+    with ctrlrun.context("bot"), pytest.raises(TimeoutError):
+        refund("pay_1", 1)
+    return refund

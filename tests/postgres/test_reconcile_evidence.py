@@ -14,33 +14,23 @@ from collections.abc import Callable
 import pytest
 
 import ctrlrun
-from ctrlrun import Control, Policy
 from ctrlrun.errors import AmbiguousEffect, DuplicateEffect
 from ctrlrun.kernel.effect import EffectState
 from ctrlrun.kernel.event import EventType
-from support.policies import POLICY
+
+from .conftest import KEY, left_ambiguous
 
 pytestmark = pytest.mark.postgres
 
-KEY = "refund:pay_1"
 
-
-def left_ambiguous(store, executor, answer: str, arm: Callable[[], None]):
-    """A refund whose first call ended AMBIGUOUS; its hook arms ``arm`` and answers."""
-    control = Control(Policy.from_yaml(POLICY), store)
+def refund_whose_hook(store, executor, answer: str, arm: Callable[[], None]):
+    """A refund left AMBIGUOUS whose hook arms the fault ``arm`` and then answers."""
 
     def hook(_key: str) -> str:
         arm()
         return answer
 
-    @ctrlrun.protect("stripe.refund", control=control, reconcile=hook)
-    def refund(payment_id: str, amount: int):
-        return executor(payment_id=payment_id)
-
-    executor.fail_with.append(TimeoutError())
-    with ctrlrun.context("bot"), pytest.raises(TimeoutError):
-        refund("pay_1", 1)
-    return refund
+    return left_ambiguous(store, executor, hook)
 
 
 def reconciliations(store) -> int:
@@ -50,7 +40,7 @@ def reconciliations(store) -> int:
 def test_a_lost_commit_on_the_refusal_is_recognised_by_its_receipt(
     proxied, pg_proxy, branches, executor
 ):
-    refund = left_ambiguous(proxied, executor, "unknown", pg_proxy.cut_after_commit)
+    refund = refund_whose_hook(proxied, executor, "unknown", pg_proxy.cut_after_commit)
     with ctrlrun.context("bot"), pytest.raises(AmbiguousEffect):
         refund("pay_1", 1)
     assert pg_proxy.cuts_after_commit == 1
@@ -62,7 +52,7 @@ def test_a_lost_commit_on_the_refusal_is_recognised_by_its_receipt(
 def test_a_lost_commit_on_the_resolution_is_recognised_by_the_record(
     proxied, pg_proxy, branches, executor
 ):
-    refund = left_ambiguous(proxied, executor, "committed", pg_proxy.cut_after_commit)
+    refund = refund_whose_hook(proxied, executor, "committed", pg_proxy.cut_after_commit)
     with ctrlrun.context("bot"), pytest.raises(DuplicateEffect):
         refund("pay_1", 1)
     assert pg_proxy.cuts_after_commit == 1
@@ -75,7 +65,7 @@ def test_a_lost_commit_on_the_resolution_is_recognised_by_the_record(
 def test_a_swallowed_resolution_is_reissued_once_with_its_events(
     proxied, pg_proxy, branches, executor
 ):
-    refund = left_ambiguous(proxied, executor, "not_executed", pg_proxy.cut_before_commit)
+    refund = refund_whose_hook(proxied, executor, "not_executed", pg_proxy.cut_before_commit)
     with ctrlrun.context("bot"):
         refund("pay_1", 1)
     assert pg_proxy.cuts_before_commit == 1

@@ -12,12 +12,10 @@ from __future__ import annotations
 import pytest
 
 import ctrlrun
-from ctrlrun import Control, Policy
 from ctrlrun.errors import DuplicateEffect, DuplicateState
 from ctrlrun.kernel.effect import EffectState
-from support.policies import POLICY
 
-from .conftest import in_thread
+from .conftest import in_thread, left_ambiguous
 
 pytestmark = pytest.mark.postgres
 
@@ -32,18 +30,7 @@ def is_effect_update(sql: str) -> bool:
 def test_the_loser_of_two_resolutions_is_refused_with_its_receipt(
     proxied, direct, pg_proxy, executor
 ):
-    control = Control(Policy.from_yaml(POLICY), proxied)
-
-    def hook(_key: str) -> str:
-        return "committed"
-
-    @ctrlrun.protect("stripe.refund", control=control, reconcile=hook)
-    def refund(payment_id: str, amount: int):
-        return executor(payment_id=payment_id)
-
-    executor.fail_with.append(TimeoutError())
-    with ctrlrun.context("bot"), pytest.raises(TimeoutError):
-        refund("pay_1", 1)
+    refund = left_ambiguous(proxied, executor, lambda _key: "committed")
 
     def second_call() -> None:
         with ctrlrun.context("bot"):

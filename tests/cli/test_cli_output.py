@@ -22,7 +22,7 @@ def test_principals_and_long_text():
     assert who({"agent": "bot", "user": "alice"}) == "bot/alice"
     assert who({"agent": "bot", "user": None}) == "bot"
     assert who(None) == who({}) == "-"
-    assert shorten("a\nb   c") == "a b c" and shorten(None) == "-"
+    assert shorten("a\nb   c") == "a\\nb   c" and shorten(None) == "-"  # visible, not folded
     assert shorten("x" * 100, 10) == "x" * 9 + "…"
 
 

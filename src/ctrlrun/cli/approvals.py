@@ -14,10 +14,12 @@ import click
 from ctrlrun._time import utc_now
 from ctrlrun.cli.common import (
     CLI_PERSON,
+    Refusal,
     compact,
     existing_store,
     instant,
     json_line,
+    say,
     store_url_option,
     table,
     when,
@@ -99,7 +101,7 @@ def approvals(pending: bool, as_json: bool, store_url: str | None) -> None:
 
 def _answered(verb: str, record: ApprovalRecord) -> None:
     action = record.action
-    click.echo(
+    say(
         f"{verb} {record.approval_id} by {CLI_PERSON}: {action.get('name', '-')}"
         f" {compact(action.get('arguments', {}))} for {who(action.get('principal'))}"
     )
@@ -107,18 +109,32 @@ def _answered(verb: str, record: ApprovalRecord) -> None:
 
 @click.command()
 @click.argument("approval_id", metavar="ID")
+@click.option(
+    "--hash",
+    "action_hash",
+    metavar="HASH",
+    help="The action hash you reviewed: refused (nothing written) unless it is the request's.",
+)
 @store_url_option
-def approve(approval_id: str, store_url: str | None) -> None:
+def approve(approval_id: str, action_hash: str | None, store_url: str | None) -> None:
     """Grant the pending request ID, as cli:local.
 
     The grant authorises exactly the action shown (its hash), once, until the request
-    expires; the agent presents it with `ctrlrun.with_approval(ID)`. An unknown, answered or
+    expires; the agent presents it with `ctrlrun.with_approval(ID)`. With --hash, the grant is
+    refused unless HASH is the hash of the action the request holds. An unknown, answered or
     expired request is refused (exit 1).
     """
     with existing_store(store_url) as store:
+        if action_hash is not None:
+            held = store.get_approval(approval_id)
+            if held is not None and held.action_hash != action_hash:
+                raise Refusal(
+                    f"approval {approval_id} is for action {held.action_hash}, not the"
+                    f" {action_hash} you reviewed; nothing granted"
+                )
         record = store.grant_approval(approval_id, CLI_PERSON)
     _answered("granted", record)
-    click.echo(
+    say(
         f"expires {when(record.expires_at)}; single use, for exactly this action"
         f" ({record.action_hash})"
     )

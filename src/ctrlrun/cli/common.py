@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Final, TypeVar
 from urllib.parse import urlsplit, urlunsplit
@@ -21,6 +22,7 @@ from urllib.parse import urlsplit, urlunsplit
 import click
 
 from ctrlrun._time import encode_instant
+from ctrlrun.display import escape_text
 from ctrlrun.errors import CtrlrunError
 from ctrlrun.runtime.locate import default_store_path, policy_path
 from ctrlrun.store.protocol import StateStore
@@ -34,13 +36,24 @@ STORE_URL_ENV: Final = "CTRLRUN_STORE_URL"
 DEBUG_ENV: Final = "CTRLRUN_DEBUG"
 
 
+def error_text(message: object) -> str:
+    """``message`` as the text of one ``Error: …`` line: runs of spaces, tabs and line breaks
+    folded to one space (a driver's message may span lines), everything else a terminal could
+    act on escaped (``escape_text``), so no message can forge a second line or steer the
+    screen."""
+    return escape_text(_WHITESPACE.sub(" ", str(message)).strip()) or "refused"
+
+
+_WHITESPACE: Final = re.compile(r"[ \t\r\n]+")
+
+
 class Refusal(click.ClickException):
     """A refusal shown as exactly one line, ``Error: <message>``, with exit code 1."""
 
     exit_code = 1
 
     def __init__(self, message: str) -> None:
-        super().__init__(" ".join(str(message).split()) or "refused")
+        super().__init__(error_text(message))
 
 
 class CtrlrunGroup(click.Group):
@@ -191,12 +204,16 @@ def table(
     color_column: int | None = None,
 ) -> None:
     """Print ``rows`` (under ``header``, if any) as columns two spaces apart, the last one
-    unpadded.
+    unpadded. Every cell is escaped (``escape_text``) first: a value can neither span two rows
+    nor send the terminal anything but text.
 
     Widths are taken from the plain text; the ``color_column`` cell is colored after
     padding, and ``click.echo`` strips the color unless stdout is a terminal.
     """
-    lines = [*([header] if header is not None else []), *rows]
+    lines = [
+        [escape_text(cell) for cell in line]
+        for line in (*([] if header is None else [header]), *rows)
+    ]
     widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]) - 1)]
     for number, line in enumerate(lines):
         cells = [cell.ljust(width) for cell, width in zip(line, widths, strict=False)]
@@ -208,9 +225,38 @@ def table(
         click.echo("  ".join(cells).rstrip())
 
 
+def json_text(document: Any) -> str:
+    """``document`` as one line of JSON: keys sorted (stable output), instants as RFC 3339 UTC
+    with ``Z`` (``encode_instant``), non-ASCII text as it is except the characters a terminal
+    could act on, which are ``\\uXXXX`` escapes (still exact JSON: it decodes to the same
+    values)."""
+    text = json.dumps(document, sort_keys=True, ensure_ascii=False, default=_json_default)
+    return escape_text(text, json=True)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return encode_instant(value)
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    return str(value)
+
+
 def json_line(document: Any) -> None:
-    """Print ``document`` as one line of JSON (keys sorted, so output is stable)."""
-    click.echo(json.dumps(document, sort_keys=True, ensure_ascii=False, default=str))
+    """Print ``document`` as one line of JSON (``json_text``)."""
+    click.echo(json_text(document))
+
+
+def say_lines(text: str) -> None:
+    """Print a text made of lines (a report), each line escaped as ``say`` does."""
+    for line in text.split("\n"):
+        say(line)
+
+
+def say(text: str = "", *, err: bool = False) -> None:
+    """Print one line for a person, escaped (``escape_text``): whatever it holds, it is one
+    line of plain text on the screen."""
+    click.echo(escape_text(text), err=err)
 
 
 def when(value: datetime | None) -> str:
@@ -224,8 +270,9 @@ def instant(value: datetime | None) -> str | None:
 
 
 def compact(value: Any) -> str:
-    """``value`` as compact one-line JSON, for a table cell."""
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+    """``value`` in full as one line of JSON, for a table cell (never shortened: a person
+    approves from it)."""
+    return json_text(value)
 
 
 def who(principal: Any) -> str:
@@ -237,8 +284,9 @@ def who(principal: Any) -> str:
 
 
 def shorten(text: str | None, limit: int = 60) -> str:
-    """``text`` on one line, cut to ``limit`` characters with an ellipsis; ``-`` for none."""
+    """``text`` escaped (a line break shows as ``\\n``), cut to ``limit`` characters with an
+    ellipsis; ``-`` for none. For notes beside a row, never for what a person approves."""
     if not text:
         return "-"
-    flat = " ".join(text.split())
+    flat = escape_text(text)
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"

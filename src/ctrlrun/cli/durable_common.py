@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import getpass
 import os
-import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
 from typing import Any
 
 import click
 
-from ctrlrun.cli.common import json_line
+from ctrlrun.cli.common import Refusal, json_line
+from ctrlrun.display import escape_text
 from ctrlrun.errors import CtrlrunError
 
 STORE_URL_HELP = (
@@ -45,27 +44,21 @@ def default_person() -> str:
 
 @contextmanager
 def refusals() -> Iterator[None]:
-    """Any ctrlrun error becomes one line ``Error: …`` on stderr and exit status 1."""
+    """Any ctrlrun error becomes one line ``Error: …`` on stderr (escaped, as every refusal
+    is) and exit status 1."""
     try:
         yield
     except CtrlrunError as exc:
-        click.echo(f"Error: {' '.join(str(exc).split())}", err=True)
-        sys.exit(1)
-
-
-def when(value: datetime | None) -> str:
-    """An instant as ``YYYY-MM-DDTHH:MM:SSZ`` (or ``-``)."""
-    return "-" if value is None else value.strftime("%Y-%m-%dT%H:%M:%SZ")
+        raise Refusal(str(exc)) from exc
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Plain, aligned, greppable columns."""
-    widths = [
-        max(len(str(cell)) for cell in column) for column in zip(headers, *rows, strict=False)
-    ]
-    lines = [headers, *rows]
+    """Plain, aligned, greppable columns; every cell escaped (``escape_text``), so a value
+    can neither span two rows nor steer the terminal."""
+    lines = [[escape_text(str(cell)) for cell in line] for line in (headers, *rows)]
+    widths = [max(len(cell) for cell in column) for column in zip(*lines, strict=True)]
     return "\n".join(
-        "  ".join(str(cell).ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
         for line in lines
     )
 

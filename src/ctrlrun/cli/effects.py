@@ -15,6 +15,7 @@ from ctrlrun.cli.common import (
     existing_store,
     instant,
     json_line,
+    say,
     shorten,
     store_url_option,
     table,
@@ -118,7 +119,7 @@ def resolve(key: str, committed: bool, failed: bool, store_url: str | None) -> N
                 " attempt on it will record it AMBIGUOUS; resolve it then"
             )
         resolved = store.resolve_effect(key, target, CLI_PERSON)
-    click.echo(f"{key} resolved {resolved.state} by {CLI_PERSON}")
+    say(f"{key} resolved {resolved.state} by {CLI_PERSON}")
     if target is EffectState.FAILED:
         click.echo(f"a retry is now allowed, as attempt {resolved.attempt + 1}")
     else:

@@ -7,7 +7,7 @@ from typing import Final
 
 import click
 
-from ctrlrun.cli.common import Refusal, redacted, store_url_option
+from ctrlrun.cli.common import Refusal, redacted, say, store_url_option
 from ctrlrun.runtime.locate import default_store_path, policy_path
 
 STARTER_POLICY: Final = """\
@@ -84,10 +84,10 @@ def init(store_url: str | None) -> None:
         SQLiteStateStore(target).close()
     with policy.open("x", encoding="utf-8") as out:  # "x": lose no race to another writer
         out.write(STARTER_POLICY)
-    click.echo(f"wrote {shown(policy)}: 5 actions; anything it does not name is denied")
+    say(f"wrote {shown(policy)}: 5 actions; anything it does not name is denied")
     where = redacted(store_url) if store_url else shown(target)
-    click.echo(f"{'kept the existing' if existed else 'created'} store {where}")
-    click.echo(
+    say(f"{'kept the existing' if existed else 'created'} store {where}")
+    say(
         'next: protect a function with @ctrlrun.protect("stripe.refund"), or run'
         " `ctrlrun demo` to watch the refusals"
     )

@@ -28,6 +28,7 @@ from ctrlrun.cli.common import (
 )
 from ctrlrun.cli.effects import effect_document, shown_state
 from ctrlrun.cli.receipts import read_document, receipt_json
+from ctrlrun.display import command_line
 from ctrlrun.kernel.approval import ApprovalRecord, ApprovalStatus
 from ctrlrun.kernel.effect import EffectRecord
 from ctrlrun.kernel.event import Event, EventType
@@ -178,7 +179,8 @@ def _receipt_lines(found: Inspection) -> list[tuple[str, str]]:
 def _no_receipt(found: Inspection) -> str:
     pending = [a for a in found.approvals if a.status is ApprovalStatus.PENDING]
     if pending:
-        return f"none yet: awaiting a human (`ctrlrun approve {pending[-1].approval_id}`)"
+        hint = command_line("ctrlrun", "approve", pending[-1].approval_id)
+        return f"none yet: awaiting a human (`{hint}`)"
     effect = found.effect
     if effect is not None and effect.action_id == found.action_id:
         if effect.lease_expired(utc_now()):

@@ -7,13 +7,13 @@ from typing import Any
 
 import click
 
+from ctrlrun.cli.common import when
 from ctrlrun.cli.durable_common import (
     emit_json,
     open_operator_store,
     refusals,
     store_option,
     table,
-    when,
 )
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from ctrlrun.cli.common import compact, say, when
 from ctrlrun.cli.durable_common import (
     default_person,
     emit_json,
@@ -14,7 +15,6 @@ from ctrlrun.cli.durable_common import (
     refusals,
     store_option,
     table,
-    when,
 )
 from ctrlrun.errors import PlanReason, PlanRefused
 
@@ -80,33 +80,31 @@ def show_plan(plan_id: str, as_json: bool, store_url: str | None) -> None:
                 {**_as_dict(record), "receipts": [dataclasses.asdict(r) for r in receipts.values()]}
             )
             return
-        click.echo(
-            f"plan     {record.plan_id}\nstatus   {record.status}\n"
-            f"hash     {record.plan_hash}\nagent    {record.agent}"
-            f"{' for ' + record.user if record.user else ''}\n"
-            f"expires  {when(record.expires_at)}\napprover {record.approver or '-'}"
-        )
-        if record.error:
-            click.echo(f"error    {record.error}")
-        rows = []
-        for index, step in enumerate(record.steps):
-            receipt = receipts.get(index)
-            rows.append(
-                (
-                    str(index),
-                    step.action,
-                    str(receipt.result) if receipt else "-",
-                    _short(step.to_dict()["arguments"]),
-                )
+        for name, value in _header(record):
+            say(f"{name:<9}{value}")
+        rows = [
+            (
+                str(index),
+                step.action,
+                str(receipts[index].result) if index in receipts else "-",
+                compact(step.to_dict()["arguments"]),  # in full: a person approves from this
             )
+            for index, step in enumerate(record.steps)
+        ]
         click.echo(table(("STEP", "ACTION", "RESULT", "ARGUMENTS"), rows))
 
 
-def _short(value: Any) -> str:
-    from ctrlrun.canonical import canonical_text
-
-    text = canonical_text(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+def _header(record: Any) -> list[tuple[str, str]]:
+    """The key/value lines above the steps (each value escaped when printed)."""
+    lines = [
+        ("plan", record.plan_id),
+        ("status", str(record.status)),
+        ("hash", record.plan_hash),
+        ("agent", record.agent + (f" for {record.user}" if record.user else "")),
+        ("expires", when(record.expires_at)),
+        ("approver", record.approver or "-"),
+    ]
+    return lines + ([("error", record.error)] if record.error else [])
 
 
 @plans_group.command("approve")
@@ -122,7 +120,7 @@ def approve_plan(
         plans = _plans(store_url)
         presented = plan_hash or _stored_hash(plans, plan_id)
         record = plans.approve(plan_id, plan_hash=presented, approver=person or default_person())
-        click.echo(f"approved {record.plan_id} {record.approved_hash} by {record.approver}")
+        say(f"approved {record.plan_id} {record.approved_hash} by {record.approver}")
 
 
 @plans_group.command("reject")
@@ -137,7 +135,7 @@ def reject_plan(
     with refusals():
         plans = _plans(store_url)
         record = plans.reject(plan_id, plan_hash=plan_hash, approver=person or default_person())
-        click.echo(f"rejected {record.plan_id} by {record.approver}")
+        say(f"rejected {record.plan_id} {record.plan_hash} by {record.approver}")
 
 
 def _stored_hash(plans: Any, plan_id: str) -> str:

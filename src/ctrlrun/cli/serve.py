@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from ctrlrun.cli.common import Refusal
 from ctrlrun.errors import CtrlrunError, MissingDependency
 
 DEFAULT_PORT = 8737
@@ -59,7 +60,7 @@ def serve(
     history, not authentication.
     """
     if not is_loopback(host) and not allow_remote:
-        raise click.ClickException(
+        raise Refusal(
             f"refusing to listen on {host}: the documents API has no authentication;"
             " pass --allow-remote to expose it anyway"
         )
@@ -68,10 +69,10 @@ def serve(
 
         from ctrlrun.documents.server import create_app
     except MissingDependency as exc:
-        raise click.ClickException(str(exc)) from None
+        raise Refusal(str(exc)) from None
     except ModuleNotFoundError as exc:
         missing = MissingDependency(module=(exc.name or "uvicorn").split(".")[0], extra="server")
-        raise click.ClickException(str(missing)) from None
+        raise Refusal(str(missing)) from None
     from ctrlrun.documents.store import DocumentStore
     from ctrlrun.store import open_store
 
@@ -79,7 +80,7 @@ def serve(
         state: Any = open_store(store_url)
         sock = _bind(host, port)
     except (CtrlrunError, OSError) as exc:
-        raise click.ClickException(str(exc)) from None
+        raise Refusal(str(exc)) from None
     app = create_app(DocumentStore(state), max_body_bytes=max_body_bytes)
     bound_host, bound_port = sock.getsockname()[:2]
     click.echo(f"serving documents on http://{bound_host}:{bound_port}/api/documents", err=True)

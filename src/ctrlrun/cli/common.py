@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -37,14 +36,10 @@ DEBUG_ENV: Final = "CTRLRUN_DEBUG"
 
 
 def error_text(message: object) -> str:
-    """``message`` as the text of one ``Error: …`` line: runs of spaces, tabs and line breaks
-    folded to one space (a driver's message may span lines), everything else a terminal could
-    act on escaped (``escape_text``), so no message can forge a second line or steer the
-    screen."""
-    return escape_text(_WHITESPACE.sub(" ", str(message)).strip()) or "refused"
-
-
-_WHITESPACE: Final = re.compile(r"[ \t\r\n]+")
+    """``message`` as the text of one ``Error: …`` line: everything a terminal could act on
+    escaped (``escape_text``; a line break shows as ``\\n``), so no message can forge a
+    second line or steer the screen, and nothing in it is hidden."""
+    return escape_text(str(message).strip()) or "refused"
 
 
 class Refusal(click.ClickException):

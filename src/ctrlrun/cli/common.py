@@ -147,15 +147,16 @@ def sqlite_url(path: Path) -> str:
 
 
 @contextmanager
-def existing_store(store_url: str | None) -> Iterator[StateStore]:
-    """The operator's store, opened without creating or migrating anything.
+def existing_store(store_url: str | None, *, writing: bool = False) -> Iterator[StateStore]:
+    """The operator's store, opened without creating or migrating anything, and read-only
+    (``open_store(read_only=True)``) unless ``writing`` (a person's answer).
 
     A missing store, or one whose schema is behind or ahead of this ctrlrun, is refused
     (``SchemaMismatch``) with what to do about it. Closed on exit.
     """
     from ctrlrun.store import open_store, parse_store_url
 
-    url = store_url or default_store_url()
+    url = default_store_url() if store_url is None else store_url
     parsed = parse_store_url(url)
     if parsed.kind == "sqlite" and not Path(parsed.target).expanduser().exists():
         raise Refusal(
@@ -163,7 +164,7 @@ def existing_store(store_url: str | None) -> Iterator[StateStore]:
             " or the first protected call creates it; or point --store-url (or"
             f" {STORE_URL_ENV}) at an existing one"
         )
-    store: StateStore = open_store(url, existing=True)
+    store: StateStore = open_store(url, existing=True, read_only=not writing)
     try:
         yield store
     finally:

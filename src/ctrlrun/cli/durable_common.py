@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from ctrlrun.cli.common import Refusal, json_line
+from ctrlrun.cli.common import Refusal, default_store_url, json_line
 from ctrlrun.display import escape_text
 from ctrlrun.errors import CtrlrunError
 
@@ -26,15 +26,13 @@ def store_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("--store-url", envvar="CTRLRUN_STORE_URL", help=STORE_URL_HELP)(fn)
 
 
-def open_operator_store(url: str | None) -> Any:
+def open_operator_store(url: str | None, *, writing: bool = False) -> Any:
     """The store ``url`` names, else ``.ctrlrun/state.db`` beside the policy file. It must
-    already exist at the current schema: these commands create and migrate nothing."""
-    from ctrlrun.runtime.locate import default_store_path, policy_path
+    already exist at the current schema: these commands create and migrate nothing; unless
+    ``writing`` (a person's answer), they open it read-only (``open_store(read_only=True)``)."""
     from ctrlrun.store import open_store
 
-    if url:
-        return open_store(url, existing=True)
-    return open_store(f"sqlite://{default_store_path(policy_path())}", existing=True)
+    return open_store(url or default_store_url(), existing=True, read_only=not writing)
 
 
 def default_person() -> str:

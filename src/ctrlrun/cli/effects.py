@@ -60,7 +60,8 @@ def note(record: EffectRecord) -> str:
 
 @click.command()
 @click.option(
-    "--state",
+    "--status",
+    "state",
     type=click.Choice([str(state) for state in EffectState]),
     help="Only effects in this state.",
 )
@@ -111,7 +112,7 @@ def resolve(key: str, committed: bool, failed: bool, store_url: str | None) -> N
     if committed == failed:
         raise click.UsageError("give exactly one of --committed and --failed")
     target = EffectState.COMMITTED if committed else EffectState.FAILED
-    with existing_store(store_url) as store:
+    with existing_store(store_url, writing=True) as store:
         record = store.get_effect(key)
         if record is not None and record.lease_expired(utc_now()):
             raise Refusal(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from ctrlrun._time import encode_instant
 from ctrlrun.errors import ApprovalMismatch, MismatchReason
 from ctrlrun.kernel.approval import (
     ApprovalPlan,
@@ -50,7 +51,7 @@ def put_approval_request_in_txn(txn: Txn, draft: ApprovalRequestDraft) -> Approv
                 approval_id=draft.approval_id,
                 data={
                     "action_hash": draft.action_hash,
-                    "expires_at": (now + draft.ttl).isoformat(),
+                    "expires_at": encode_instant(now + draft.ttl),
                 },
             )
         ],

@@ -49,7 +49,8 @@ class Seen:
 
 def seen(*args: str, cwd: Path, env: dict[str, str] | None = None) -> Seen:
     """Run ``ctrlrun args`` on a pseudo-terminal (stdout and stderr both) and show what it
-    wrote on a 2000 x 80 screen (wide enough that no row wraps) that already holds ``BEFORE`` on its first row."""
+    wrote on a 2000 x 80 screen (wide enough that no row wraps) that already holds ``BEFORE``
+    on its first row."""
     base = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "TERM")}
     base["TERM"] = "xterm"
     leader, follower = pty.openpty()

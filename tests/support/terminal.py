@@ -42,8 +42,7 @@ class Seen:
         return [
             repr(c)
             for c in text
-            if c not in "\r\n"
-            and unicodedata.category(c) in {"Cc", "Cf", "Cs", "Cn", "Zl", "Zp"}
+            if c not in "\r\n" and unicodedata.category(c) in {"Cc", "Cf", "Cs", "Cn", "Zl", "Zp"}
         ]
 
 

@@ -23,7 +23,8 @@ _STORE_FILES: Final = ("", "-wal", "-shm", "-journal")  # SQLite's file and its 
 
 def fresh_store(directory: Path) -> Path:
     """The demo store's path, with the files a previous run left removed (and nothing else)."""
-    directory.mkdir(parents=True, exist_ok=True)
+    for level in (directory.parent, directory):  # .ctrlrun and .ctrlrun/demo: private
+        level.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = directory / DEMO_STORE
     for suffix in _STORE_FILES:
         path.with_name(path.name + suffix).unlink(missing_ok=True)

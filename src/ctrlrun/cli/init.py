@@ -80,7 +80,7 @@ def init(store_url: str | None) -> None:
     if store_url:
         open_store(store_url).close()
     else:
-        target.parent.mkdir(exist_ok=True)
+        target.parent.mkdir(mode=0o700, exist_ok=True)  # private: it holds the evidence
         SQLiteStateStore(target).close()
     with policy.open("x", encoding="utf-8") as out:  # "x": lose no race to another writer
         out.write(STARTER_POLICY)

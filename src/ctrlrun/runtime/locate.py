@@ -40,7 +40,7 @@ def open_default_store(policy: Path) -> Any:
     if url:
         return open_store(url)
     target = default_store_path(policy)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     from ctrlrun.store.sqlite import SQLiteStateStore
 
     return SQLiteStateStore(target)

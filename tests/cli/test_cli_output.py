@@ -8,7 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ctrlrun.cli.common import redacted, shorten, who
+from ctrlrun.cli.common import shorten, who
+from ctrlrun.store.url import redacted
 
 
 def test_a_password_is_never_printed():

@@ -16,7 +16,6 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Final, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import click
 
@@ -100,15 +99,31 @@ def _silence_stdout() -> None:
 
 
 def store_url_option(fn: F) -> F:
-    """``--store-url`` (or ``$CTRLRUN_STORE_URL``); without either, the default store."""
+    """``--store-url`` (or ``$CTRLRUN_STORE_URL``); without either, the default store. An
+    empty value, given or in the environment, is refused (``checked_store_url``)."""
     option = click.option(
         "--store-url",
         envvar=STORE_URL_ENV,
         metavar="URL",
+        callback=checked_store_url,
         help="sqlite:///path/to/state.db or postgresql://…[?ctrlrun_schema=name]"
         f" (env {STORE_URL_ENV}; default: .ctrlrun/state.db beside the policy).",
     )
     return option(fn)
+
+
+def checked_store_url(_ctx: click.Context, _param: click.Parameter, value: str | None) -> Any:
+    """The option's value, refusing an empty one: click reads a set-but-empty
+    ``$CTRLRUN_STORE_URL`` as unset, which would silently point at another store."""
+    if value is None and os.environ.get(STORE_URL_ENV) is not None:
+        value = os.environ[STORE_URL_ENV]
+    if value is not None and not value.strip():
+        where = "--store-url" if os.environ.get(STORE_URL_ENV) is None else STORE_URL_ENV
+        raise Refusal(
+            f"{where} is empty: give sqlite:///path/to/state.db or postgresql://…, or unset"
+            f" {STORE_URL_ENV} to use the store beside the policy"
+        )
+    return value
 
 
 def default_store_url() -> str:
@@ -130,15 +145,6 @@ def default_store_url() -> str:
             f"cannot read the policy file {policy.absolute()}: {exc.strerror or exc}"
         ) from exc
     return sqlite_url(default_store_path(policy))
-
-
-def redacted(url: str) -> str:
-    """``url`` with any password replaced by ``***``, for printing."""
-    parts = urlsplit(url)
-    if not parts.password:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def sqlite_url(path: Path) -> str:

@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 
 import click
 
-from ctrlrun.cli.common import error_text, say_lines
+from ctrlrun.cli.common import checked_store_url, error_text, say_lines
 from ctrlrun.display import escape_text
 from ctrlrun.errors import CtrlrunError
 from ctrlrun.store.url import parse_store_url
@@ -71,6 +71,7 @@ def _progress(index: int, total: int, name: str, result: Any) -> None:
     "--store-url",
     required=True,
     metavar="URL",
+    callback=checked_store_url,
     help="sqlite:///dir/state.db or postgresql://… (the store itself is never opened).",
 )
 @click.option("--only", default="", metavar="NAMES", help="Comma-separated cases or suites.")
@@ -98,7 +99,8 @@ def conformance(
         refuse(exc.message)
     report = run(backend, only=names, processes=processes, progress=_live(progress))
     if as_json:
-        click.echo(escape_text(report.to_json(), json=True))
+        for line in report.to_json().split("\n"):  # indented JSON: escape each line
+            click.echo(escape_text(line, json=True))
     else:
         say_lines(report.to_text())
     raise click.exceptions.Exit(0 if report.ok else 1)

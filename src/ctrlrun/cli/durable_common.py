@@ -11,7 +11,13 @@ from typing import Any
 
 import click
 
-from ctrlrun.cli.common import Refusal, default_store_url, json_line
+from ctrlrun.cli.common import (
+    STORE_URL_ENV,
+    Refusal,
+    checked_store_url,
+    default_store_url,
+    json_line,
+)
 from ctrlrun.display import escape_text
 from ctrlrun.errors import CtrlrunError
 
@@ -22,8 +28,12 @@ STORE_URL_HELP = (
 
 
 def store_option(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``--store-url``, read from ``$CTRLRUN_STORE_URL`` when not given."""
-    return click.option("--store-url", envvar="CTRLRUN_STORE_URL", help=STORE_URL_HELP)(fn)
+    """``--store-url``, read from ``$CTRLRUN_STORE_URL`` when not given (an empty one is
+    refused, as every command refuses it)."""
+    option = click.option(
+        "--store-url", envvar=STORE_URL_ENV, callback=checked_store_url, help=STORE_URL_HELP
+    )
+    return option(fn)
 
 
 def open_operator_store(url: str | None, *, writing: bool = False) -> Any:
@@ -32,7 +42,8 @@ def open_operator_store(url: str | None, *, writing: bool = False) -> Any:
     ``writing`` (a person's answer), they open it read-only (``open_store(read_only=True)``)."""
     from ctrlrun.store import open_store
 
-    return open_store(url or default_store_url(), existing=True, read_only=not writing)
+    target = default_store_url() if url is None else url
+    return open_store(target, existing=True, read_only=not writing)
 
 
 def default_person() -> str:

@@ -7,8 +7,9 @@ from typing import Final
 
 import click
 
-from ctrlrun.cli.common import Refusal, redacted, say, store_url_option
+from ctrlrun.cli.common import Refusal, say, store_url_option
 from ctrlrun.runtime.locate import default_store_path, policy_path
+from ctrlrun.store.url import redacted
 
 STARTER_POLICY: Final = """\
 # ctrlrun.yaml: what your agents may do. Every action not named here is denied.

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from ctrlrun.cli.common import Refusal
+from ctrlrun.cli.common import Refusal, checked_store_url
 from ctrlrun.errors import CtrlrunError, MissingDependency
 
 DEFAULT_PORT = 8737
@@ -45,6 +45,7 @@ def _bind(host: str, port: int) -> socket.socket:
     "--store-url",
     envvar="CTRLRUN_STORE_URL",
     required=True,
+    callback=checked_store_url,
     help="sqlite:///path or postgresql://…?ctrlrun_schema=… (or CTRLRUN_STORE_URL).",
 )
 @click.option("--allow-remote", is_flag=True, help="Listen on a non-loopback address.")

@@ -78,6 +78,8 @@ def verify(  # noqa: PLR0917 - click passes one argument per option
     """Run the guarantees against this policy in scratch stores it creates and drops."""
     from ctrlrun.verify import run
 
+    if store_url is not None and not store_url.strip():
+        refuse("--store-url is empty: give postgresql://…, or leave it out for temp SQLite")
     try:
         loaded = _load(policy)
         report = run(loaded, store_url=store_url, only=only.split(","), progress=_live(progress))
@@ -90,7 +92,8 @@ def verify(  # noqa: PLR0917 - click passes one argument per option
     if junit:
         Path(junit).write_text(report.to_junit(), encoding="utf-8")
     if as_json:
-        click.echo(escape_text(report.to_json(), json=True))
+        for line in report.to_json().split("\n"):  # indented JSON: escape each line
+            click.echo(escape_text(line, json=True))
     else:
         say_lines(report.to_text())
     raise click.exceptions.Exit(report.exit_code)

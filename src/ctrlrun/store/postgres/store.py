@@ -8,7 +8,7 @@ from the same kernel planners, through the same ``store/ops`` functions; lease t
 database's clock. A COMMIT whose answer never came is settled by re-reading (``engine``).
 
 This module imports no driver: psycopg is loaded when a store is first constructed, and its
-absence raises ``MissingDependency`` naming ``pip install 'ctrlrun[postgres]'``.
+absence raises ``MissingDependency`` naming the extra to install.
 """
 
 from __future__ import annotations

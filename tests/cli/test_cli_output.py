@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-import pty
 import subprocess
 import sys
 from pathlib import Path
 
 from ctrlrun.cli.common import shorten, who
 from ctrlrun.store.url import redacted
+from support.terminal import on_a_terminal
 
 
 def test_a_password_is_never_printed():
@@ -42,23 +42,9 @@ def _effects_through(scene, stdout_to_tty: bool) -> bytes:
         )
         assert done.returncode == 0, done.stderr
         return done.stdout
-    leader, follower = pty.openpty()
-    with subprocess.Popen(
-        [ctrlrun_bin, "effects"], cwd=scene.root, env=env, stdout=follower, stderr=follower
-    ) as child:
-        os.close(follower)
-        chunks = []
-        while True:
-            try:
-                chunk = os.read(leader, 4096)
-            except OSError:  # EIO: the child closed the terminal
-                break
-            if not chunk:
-                break
-            chunks.append(chunk)
-        assert child.wait(timeout=60) == 0, b"".join(chunks)
-    os.close(leader)
-    return b"".join(chunks)
+    code, written = on_a_terminal([str(ctrlrun_bin), "effects"], cwd=scene.root, env=env)
+    assert code == 0, written
+    return written
 
 
 def test_color_only_on_a_terminal(scene):

@@ -46,20 +46,12 @@ class Seen:
         ]
 
 
-def seen(*args: str, cwd: Path, env: dict[str, str] | None = None) -> Seen:
-    """Run ``ctrlrun args`` on a pseudo-terminal (stdout and stderr both) and show what it
-    wrote on a 2000 x 80 screen (wide enough that no row wraps) that already holds ``BEFORE``
-    on its first row."""
-    base = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "TERM")}
-    base["TERM"] = "xterm"
+def on_a_terminal(argv: list[str], *, cwd: Path, env: dict[str, str]) -> tuple[int, bytes]:
+    """Run ``argv`` with a pseudo-terminal as its stdout and stderr: its exit code and every
+    byte it wrote there."""
     leader, follower = pty.openpty()
     with subprocess.Popen(
-        [CTRLRUN, *args],
-        cwd=cwd,
-        env=base | (env or {}),
-        stdin=subprocess.DEVNULL,
-        stdout=follower,
-        stderr=follower,
+        argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=follower, stderr=follower
     ) as child:
         os.close(follower)
         chunks = []
@@ -73,7 +65,16 @@ def seen(*args: str, cwd: Path, env: dict[str, str] | None = None) -> Seen:
             chunks.append(chunk)
         code = child.wait(timeout=60)
     os.close(leader)
-    raw = b"".join(chunks)
+    return code, b"".join(chunks)
+
+
+def seen(*args: str, cwd: Path, env: dict[str, str] | None = None) -> Seen:
+    """Run ``ctrlrun args`` on a pseudo-terminal (stdout and stderr both) and show what it
+    wrote on a 2000 x 80 screen (wide enough that no row wraps) that already holds ``BEFORE``
+    on its first row."""
+    base = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "TERM")}
+    base["TERM"] = "xterm"
+    code, raw = on_a_terminal([CTRLRUN, *args], cwd=cwd, env=base | (env or {}))
     screen = pyte.Screen(2000, 80)
     stream = pyte.ByteStream(screen)
     stream.feed(BEFORE.encode() + b"\r\n")

@@ -4,6 +4,7 @@ builds, never by name from a package index (that name there is another project);
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -77,10 +78,16 @@ def test_the_readme_shows_the_install_lines_that_are_tested():
     assert "## Use it in your project" in readme
 
 
+def clean_env() -> dict[str, str]:
+    """This environment without what an enclosing ``make`` passes down (``make test``)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS"))}
+
+
 def test_make_demo_installs_the_package_alone(tmp_path):
     planned = subprocess.run(
-        ["make", "-n", "demo", f"VENV={tmp_path}/venv"],
+        ["make", "--no-print-directory", "-n", "demo", f"VENV={tmp_path}/venv"],
         cwd=ROOT,
+        env=clean_env(),
         capture_output=True,
         text=True,
         check=True,
@@ -111,7 +118,12 @@ def run(command: str, cwd: Path, venv: Path) -> str:
 def test_a_built_wheel_and_the_checkout_install_as_the_readme_says(tmp_path):
     dist = tmp_path / "dist"
     subprocess.run(
-        ["make", "dist", f"DIST={dist}"], cwd=ROOT, check=True, capture_output=True, timeout=600
+        ["make", "dist", f"DIST={dist}"],
+        cwd=ROOT,
+        env=clean_env(),
+        check=True,
+        capture_output=True,
+        timeout=600,
     )
     wheel, sdist = dist / "ctrlrun-0.1.0-py3-none-any.whl", dist / "ctrlrun-0.1.0.tar.gz"
     assert wheel.is_file() and sdist.is_file()

@@ -3,8 +3,10 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+CORE   := $(VENV)/.core
+DIST   ?= dist
 
-.PHONY: test check lint typecheck unit demo bench soak clean
+.PHONY: test check lint typecheck unit demo dist bench soak clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -13,6 +15,11 @@ $(BIN)/python:
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
+
+# the package alone, as a user installs it: what the demo needs and nothing more
+$(CORE): $(BIN)/python pyproject.toml
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(CORE)
 
 ## check: lint, format and strict typing (cheapest gate first)
 check: $(STAMP)
@@ -28,9 +35,15 @@ test: check
 unit: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-## demo: the library in action, offline, in under a second
-demo: $(STAMP)
+## demo: the library in action, offline, in under a second (installs the core package only)
+demo: $(CORE)
 	$(BIN)/ctrlrun demo
+
+## dist: an sdist and a wheel in $(DIST)/, to install elsewhere with pip install <the .whl>
+dist: $(BIN)/python
+	$(BIN)/python -m pip install --quiet build
+	rm -rf $(DIST)
+	$(BIN)/python -m build --outdir $(DIST) .
 
 ## bench: floor and ctrlrun side by side, same run (not part of make test); SQLite, then
 ## Postgres (a throwaway embedded cluster, or CTRLRUN_BENCH_POSTGRES_URL); both always run
@@ -46,4 +59,4 @@ soak: $(STAMP)
 	cd bench/soak && ../../$(BIN)/python soak.py --backend $(BACKEND) --duration $(DURATION) $(SOAK_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .coverage build src/*.egg-info
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .coverage build dist src/*.egg-info

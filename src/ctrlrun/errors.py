@@ -374,13 +374,17 @@ class AmbiguousWrite(StoreError):
 
 
 class MissingDependency(CtrlrunError, ImportError):
-    """An optional extra is not installed. The message names the exact install line."""
+    """An optional extra is not installed. The message names the exact install line (from a
+    checkout: the name ``ctrlrun`` on a package index is another project)."""
 
     module: str
     extra: str
 
     def __init__(self, *, module: str, extra: str) -> None:
-        message = f"{module} is not installed: pip install 'ctrlrun[{extra}]'"
+        message = (
+            f"{module} is not installed: ctrlrun's {extra!r} extra provides it; in the ctrlrun"
+            f" checkout run pip install '.[{extra}]'"
+        )
         super().__init__(message, module=module, extra=extra)
 
 

@@ -105,6 +105,7 @@ def test_json_is_one_document_per_line_with_stable_fields(scene):
         "answered_at",
         "consumed_at",
         "consumed_by",
+        "deny_reason",
     }
     assert documents[0]["approver"] == "cli:local"
     assert documents[1]["action"]["arguments"] == {"amount": 300_000, "payment_id": "pay_4"}

@@ -38,9 +38,9 @@ def test_effects_lists_every_key_with_its_state_in_aligned_columns(scene):
 def test_state_filter_and_the_empty_cases(scene):
     assert run("effects").stdout == "no effects yet\n"
     scene.committed("pay_1")
-    assert run("effects", "--state", "ambiguous").stdout == "no ambiguous effects\n"
-    assert "refund:pay_1" in run("effects", "--state", "committed").stdout
-    usage(run("effects", "--state", "nonsense"), "nonsense")
+    assert run("effects", "--status", "ambiguous").stdout == "no ambiguous effects\n"
+    assert "refund:pay_1" in run("effects", "--status", "committed").stdout
+    usage(run("effects", "--status", "nonsense"), "nonsense")
 
 
 def test_json_is_one_document_per_line_with_stable_fields(scene):

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
-import pty
 import subprocess
 import sys
 from pathlib import Path
 
-from ctrlrun.cli.common import redacted, shorten, who
+from ctrlrun.cli.common import shorten, who
+from ctrlrun.store.url import redacted
+from support.terminal import on_a_terminal
 
 
 def test_a_password_is_never_printed():
@@ -22,7 +23,7 @@ def test_principals_and_long_text():
     assert who({"agent": "bot", "user": "alice"}) == "bot/alice"
     assert who({"agent": "bot", "user": None}) == "bot"
     assert who(None) == who({}) == "-"
-    assert shorten("a\nb   c") == "a b c" and shorten(None) == "-"
+    assert shorten("a\nb   c") == "a\\nb   c" and shorten(None) == "-"  # visible, not folded
     assert shorten("x" * 100, 10) == "x" * 9 + "…"
 
 
@@ -41,23 +42,9 @@ def _effects_through(scene, stdout_to_tty: bool) -> bytes:
         )
         assert done.returncode == 0, done.stderr
         return done.stdout
-    leader, follower = pty.openpty()
-    with subprocess.Popen(
-        [ctrlrun_bin, "effects"], cwd=scene.root, env=env, stdout=follower, stderr=follower
-    ) as child:
-        os.close(follower)
-        chunks = []
-        while True:
-            try:
-                chunk = os.read(leader, 4096)
-            except OSError:  # EIO: the child closed the terminal
-                break
-            if not chunk:
-                break
-            chunks.append(chunk)
-        assert child.wait(timeout=60) == 0, b"".join(chunks)
-    os.close(leader)
-    return b"".join(chunks)
+    code, written = on_a_terminal([str(ctrlrun_bin), "effects"], cwd=scene.root, env=env)
+    assert code == 0, written
+    return written
 
 
 def test_color_only_on_a_terminal(scene):

@@ -53,7 +53,8 @@ def test_a_missing_server_extra_names_the_install_line(tmp_path, blocked):
         [sys.executable, "-c", probe], check=False, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 1
-    assert f"{blocked} is not installed: pip install 'ctrlrun[server]'" in done.stderr
+    assert f"{blocked} is not installed: ctrlrun's 'server' extra provides it" in done.stderr
+    assert "pip install '.[server]'" in done.stderr
 
 
 @pytest.mark.slow

@@ -324,7 +324,10 @@ def test_the_driver_is_loaded_only_by_a_store_and_its_absence_names_the_extra():
     out = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     ).stdout.strip()
-    assert out == "psycopg postgres psycopg is not installed: pip install 'ctrlrun[postgres]'"
+    assert out == (
+        "psycopg postgres psycopg is not installed: ctrlrun's 'postgres' extra provides it;"
+        " in the ctrlrun checkout run pip install '.[postgres]'"
+    )
     assert issubclass(MissingDependency, ImportError)
 
 

@@ -8,7 +8,8 @@ A page is read as a sequence of fenced blocks, executed in order in one scratch 
   one with a ``Usage:`` line must exit 2, any other must exit 0.
 * ```` ```python refund.py ```` / ```` ```yaml ctrlrun.yaml ````: a block with a file name is
   written to that file, or, if an earlier command created the file, must equal it.
-* ```` ```bash ````: only ``make demo`` and ``make test`` (the Makefile is checked elsewhere).
+* ```` ```bash ````: only ``make demo``, ``make test`` and the install lines of
+  ``INSTALL_LINES`` (the Makefile and those lines are checked elsewhere).
 
 Output is compared after normalising what legitimately differs between runs: generated ids
 (``apr_``/``act_``/``rcp_`` + 32 hex digits) and hashes (a receipt's hash covers its ids) are
@@ -31,6 +32,12 @@ IDS = re.compile(r"\b(?:(?:apr|act|rcp)_[0-9a-f]{32}|sha256:[0-9a-f]{64})\b")
 TIMES = re.compile(r"\b\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z")
 PLACEHOLDER_ROOT = "/home/you/ctrlrun"
 ALLOWED_BASH = {"make demo", "make test"}
+INSTALL_LINES = {  # run by tests/cli/test_cli_install.py
+    "pip install /path/to/ctrlrun",
+    "pip install '/path/to/ctrlrun[postgres]'",
+    "make dist",
+    "pip install dist/ctrlrun-0.1.0-py3-none-any.whl",
+}
 
 
 @dataclass(frozen=True)
@@ -143,7 +150,8 @@ def run_page(page: str, root: Path, name: str) -> Session:
             session.file(block, where)
         elif block.language == "bash":
             lines = {line.split("#")[0].strip() for line in block.text.splitlines()}
-            assert lines - {""} <= ALLOWED_BASH, f"{where}: a bash block that no test runs"
+            allowed = ALLOWED_BASH | INSTALL_LINES
+            assert lines - {""} <= allowed, f"{where}: a bash block that no test runs"
         else:
             raise AssertionError(f"{where}: a ```{block.language} block that no test runs")
     return session

@@ -304,17 +304,21 @@ class TestRefusalsAtTheEdges:
         operation = Operation("op_1", "k", "r", {}, None, OperationStatus.QUEUED, NOW, NOW)
         assert operation.start_token == start_token("op_1") != start_token("op_2")
 
-    def test_only_an_ambiguous_message_resolves_and_only_to_a_resolvable_status(self):
+    def test_only_a_parked_or_dead_message_resolves_and_only_to_a_resolvable_status(self):
         from ctrlrun.kernel.outbox import check_resolution
 
         parked = Message("m", "t", {}, None, MessageStatus.AMBIGUOUS, 1, NOW, NOW, NOW)
-        check_resolution(parked, "m", MessageStatus.SENT)  # the one case that passes
+        dead = replace(parked, status=MessageStatus.DEAD)
+        for target in (MessageStatus.SENT, MessageStatus.FAILED, MessageStatus.PENDING):
+            check_resolution(parked, "m", target)
+            check_resolution(dead, "m", target)
         with pytest.raises(InvalidArgument, match="resolves to sent, failed or pending"):
             check_resolution(parked, "m", MessageStatus.DEAD)
         with pytest.raises(InvalidArgument, match="no outbox message m"):
             check_resolution(None, "m", MessageStatus.SENT)
-        with pytest.raises(InvalidArgument, match="is sent, not ambiguous"):
-            check_resolution(replace(parked, status=MessageStatus.SENT), "m", MessageStatus.SENT)
+        for status in (MessageStatus.SENT, MessageStatus.PENDING, MessageStatus.PROCESSING):
+            with pytest.raises(InvalidArgument, match=f"is {status}, not ambiguous or dead"):
+                check_resolution(replace(parked, status=status), "m", MessageStatus.SENT)
 
     def test_a_step_whose_arguments_are_not_a_mapping_is_refused(self):
         with pytest.raises(InvalidArgument, match="step 1: arguments must be a mapping"):

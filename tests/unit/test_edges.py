@@ -66,7 +66,7 @@ class TestErrors:
     def test_a_missing_dependency_names_the_install_line(self):
         err = MissingDependency(module="psycopg", extra="postgres")
         assert isinstance(err, ImportError)
-        assert "pip install 'ctrlrun[postgres]'" in str(err)
+        assert "in the ctrlrun checkout run pip install '.[postgres]'" in str(err)
 
     def test_denials_carry_reason_and_rule(self):
         err = ActionDenied("no", reason=DenyReason.POLICY, rule=2, action_id="act_1")

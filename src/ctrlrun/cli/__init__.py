@@ -16,6 +16,7 @@ from ctrlrun.cli.effects import effects, resolve
 from ctrlrun.cli.init import init
 from ctrlrun.cli.inspection import inspect
 from ctrlrun.cli.operations import operations_group
+from ctrlrun.cli.outbox import outbox_group
 from ctrlrun.cli.plans import plans_group
 from ctrlrun.cli.receipts import receipts
 from ctrlrun.cli.serve import serve
@@ -33,6 +34,7 @@ COMMANDS = (
     deny,
     plans_group,
     operations_group,
+    outbox_group,
     serve,
     verify,
     conformance,

@@ -6,6 +6,7 @@ it. A grant authorises exactly the action it names (its hash), once, until it ex
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -14,16 +15,20 @@ import click
 from ctrlrun._time import utc_now
 from ctrlrun.cli.common import (
     CLI_PERSON,
+    Refusal,
     compact,
     existing_store,
     instant,
     json_line,
+    say,
     store_url_option,
     table,
     when,
     who,
 )
 from ctrlrun.kernel.approval import ApprovalRecord, ApprovalStatus
+from ctrlrun.kernel.event import EventType
+from ctrlrun.store.protocol import StateStore
 
 HEADER = ("APPROVAL", "STATUS", "EXPIRES", "ACTION", "REQUESTED BY", "ARGUMENTS")
 
@@ -34,17 +39,36 @@ def answerable_expired(record: ApprovalRecord, now: datetime) -> bool:
     return live and record.is_expired(now)
 
 
-def shown_status(record: ApprovalRecord, now: datetime) -> str:
-    """The status and who answered (``granted by X``, ``consumed (granted by X)``), marked
-    ``(expired)`` if it lapsed unanswered or unused. Only the display changes."""
+def shown_status(record: ApprovalRecord, now: datetime, reason: str | None = None) -> str:
+    """The status and who answered (``granted by X``, ``consumed (granted by X)``, ``denied by
+    X: reason``), marked ``(expired)`` if it lapsed unanswered or unused. Only the display
+    changes."""
     text = str(record.status)
     if record.approver:
         answered = record.status in (ApprovalStatus.GRANTED, ApprovalStatus.DENIED)
         text += f" by {record.approver}" if answered else f" (granted by {record.approver})"
+    if reason is not None and record.status is ApprovalStatus.DENIED:
+        text += f": {reason}"
     return text + (" (expired)" if answerable_expired(record, now) else "")
 
 
-def approval_document(record: ApprovalRecord, now: datetime) -> dict[str, Any]:
+def denial_reasons(store: StateStore, records: Iterable[ApprovalRecord]) -> dict[str, str]:
+    """The reason each denied request among ``records`` was given (from its
+    ``APPROVAL_DENIED`` event); the events are read only if one of them was denied."""
+    if not any(r.status is ApprovalStatus.DENIED for r in records):
+        return {}
+    return {
+        event.approval_id: str(event.data["reason"])
+        for event in store.events()
+        if event.type is EventType.APPROVAL_DENIED
+        and event.approval_id
+        and event.data.get("reason") is not None
+    }
+
+
+def approval_document(
+    record: ApprovalRecord, now: datetime, reason: str | None = None
+) -> dict[str, Any]:
     """The ``--json`` form of one approval (stable field names)."""
     return {
         "approval_id": record.approval_id,
@@ -59,14 +83,15 @@ def approval_document(record: ApprovalRecord, now: datetime) -> dict[str, Any]:
         "answered_at": instant(record.answered_at),
         "consumed_at": instant(record.consumed_at),
         "consumed_by": record.consumed_by,
+        "deny_reason": reason,
     }
 
 
-def _row(record: ApprovalRecord, now: datetime) -> tuple[str, ...]:
+def _row(record: ApprovalRecord, now: datetime, reason: str | None) -> tuple[str, ...]:
     action = record.action
     return (
         record.approval_id,
-        shown_status(record, now),
+        shown_status(record, now, reason),
         when(record.expires_at),
         str(action.get("name", "-")),
         who(action.get("principal")),
@@ -75,31 +100,42 @@ def _row(record: ApprovalRecord, now: datetime) -> tuple[str, ...]:
 
 
 @click.command()
-@click.option("--pending", is_flag=True, help="Only requests still waiting for an answer.")
+@click.option(
+    "--status",
+    type=click.Choice([str(s) for s in ApprovalStatus]),
+    help="Only requests in this status.",
+)
+@click.option("--pending", is_flag=True, help="Only requests still waiting (--status pending).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document per line.")
 @store_url_option
-def approvals(pending: bool, as_json: bool, store_url: str | None) -> None:
+def approvals(status: str | None, pending: bool, as_json: bool, store_url: str | None) -> None:
     """Approval requests, oldest first: the action each would authorise, and when it expires.
 
     With --pending, only those waiting for `ctrlrun approve ID` or `ctrlrun deny ID`
     (including any that expired unanswered, marked so).
     """
+    if pending and status not in (None, "pending"):
+        raise click.UsageError("--pending is --status pending; give one of them")
+    if pending:
+        status = "pending"
     with existing_store(store_url) as store:
-        records = store.list_approvals(ApprovalStatus.PENDING if pending else None)
+        records = store.list_approvals(ApprovalStatus(status) if status else None)
+        reasons = denial_reasons(store, records)
     now = utc_now()
     if as_json:
         for record in records:
-            json_line(approval_document(record, now))
+            json_line(approval_document(record, now, reasons.get(record.approval_id)))
         return
     if not records:
-        click.echo("nothing waits for a human" if pending else "no approval requests yet")
+        say("nothing waits for a human" if status == "pending" else "no approval requests yet")
         return
-    table([_row(r, now) for r in records], header=HEADER, color_column=1)
+    rows = [_row(r, now, reasons.get(r.approval_id)) for r in records]
+    table(rows, header=HEADER, color_column=1)
 
 
 def _answered(verb: str, record: ApprovalRecord) -> None:
     action = record.action
-    click.echo(
+    say(
         f"{verb} {record.approval_id} by {CLI_PERSON}: {action.get('name', '-')}"
         f" {compact(action.get('arguments', {}))} for {who(action.get('principal'))}"
     )
@@ -107,18 +143,32 @@ def _answered(verb: str, record: ApprovalRecord) -> None:
 
 @click.command()
 @click.argument("approval_id", metavar="ID")
+@click.option(
+    "--hash",
+    "action_hash",
+    metavar="HASH",
+    help="The action hash you reviewed: refused (nothing written) unless it is the request's.",
+)
 @store_url_option
-def approve(approval_id: str, store_url: str | None) -> None:
+def approve(approval_id: str, action_hash: str | None, store_url: str | None) -> None:
     """Grant the pending request ID, as cli:local.
 
     The grant authorises exactly the action shown (its hash), once, until the request
-    expires; the agent presents it with `ctrlrun.with_approval(ID)`. An unknown, answered or
+    expires; the agent presents it with `ctrlrun.with_approval(ID)`. With --hash, the grant is
+    refused unless HASH is the hash of the action the request holds. An unknown, answered or
     expired request is refused (exit 1).
     """
-    with existing_store(store_url) as store:
+    with existing_store(store_url, writing=True) as store:
+        if action_hash is not None:
+            held = store.get_approval(approval_id)
+            if held is not None and held.action_hash != action_hash:
+                raise Refusal(
+                    f"approval {approval_id} is for action {held.action_hash}, not the"
+                    f" {action_hash} you reviewed; nothing granted"
+                )
         record = store.grant_approval(approval_id, CLI_PERSON)
     _answered("granted", record)
-    click.echo(
+    say(
         f"expires {when(record.expires_at)}; single use, for exactly this action"
         f" ({record.action_hash})"
     )
@@ -126,9 +176,12 @@ def approve(approval_id: str, store_url: str | None) -> None:
 
 @click.command()
 @click.argument("approval_id", metavar="ID")
+@click.option("--reason", metavar="TEXT", help="Why: recorded with the denial, shown by inspect.")
 @store_url_option
-def deny(approval_id: str, store_url: str | None) -> None:
+def deny(approval_id: str, reason: str | None, store_url: str | None) -> None:
     """Deny the pending request ID, as cli:local. The agent's call is then denied."""
-    with existing_store(store_url) as store:
-        record = store.deny_approval(approval_id, CLI_PERSON)
+    with existing_store(store_url, writing=True) as store:
+        record = store.deny_approval(approval_id, CLI_PERSON, reason)
     _answered("denied", record)
+    if reason is not None:
+        say(f"reason: {reason}")

@@ -13,14 +13,14 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Final, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import click
 
 from ctrlrun._time import encode_instant
+from ctrlrun.display import escape_text
 from ctrlrun.errors import CtrlrunError
 from ctrlrun.runtime.locate import default_store_path, policy_path
 from ctrlrun.store.protocol import StateStore
@@ -34,13 +34,20 @@ STORE_URL_ENV: Final = "CTRLRUN_STORE_URL"
 DEBUG_ENV: Final = "CTRLRUN_DEBUG"
 
 
+def error_text(message: object) -> str:
+    """``message`` as the text of one ``Error: …`` line: everything a terminal could act on
+    escaped (``escape_text``; a line break shows as ``\\n``), so no message can forge a
+    second line or steer the screen, and nothing in it is hidden."""
+    return escape_text(str(message).strip()) or "refused"
+
+
 class Refusal(click.ClickException):
     """A refusal shown as exactly one line, ``Error: <message>``, with exit code 1."""
 
     exit_code = 1
 
     def __init__(self, message: str) -> None:
-        super().__init__(" ".join(str(message).split()) or "refused")
+        super().__init__(error_text(message))
 
 
 class CtrlrunGroup(click.Group):
@@ -92,15 +99,31 @@ def _silence_stdout() -> None:
 
 
 def store_url_option(fn: F) -> F:
-    """``--store-url`` (or ``$CTRLRUN_STORE_URL``); without either, the default store."""
+    """``--store-url`` (or ``$CTRLRUN_STORE_URL``); without either, the default store. An
+    empty value, given or in the environment, is refused (``checked_store_url``)."""
     option = click.option(
         "--store-url",
         envvar=STORE_URL_ENV,
         metavar="URL",
+        callback=checked_store_url,
         help="sqlite:///path/to/state.db or postgresql://…[?ctrlrun_schema=name]"
         f" (env {STORE_URL_ENV}; default: .ctrlrun/state.db beside the policy).",
     )
     return option(fn)
+
+
+def checked_store_url(_ctx: click.Context, _param: click.Parameter, value: str | None) -> Any:
+    """The option's value, refusing an empty one: click reads a set-but-empty
+    ``$CTRLRUN_STORE_URL`` as unset, which would silently point at another store."""
+    if value is None and os.environ.get(STORE_URL_ENV) is not None:
+        value = os.environ[STORE_URL_ENV]
+    if value is not None and not value.strip():
+        where = "--store-url" if os.environ.get(STORE_URL_ENV) is None else STORE_URL_ENV
+        raise Refusal(
+            f"{where} is empty: give sqlite:///path/to/state.db or postgresql://…, or unset"
+            f" {STORE_URL_ENV} to use the store beside the policy"
+        )
+    return value
 
 
 def default_store_url() -> str:
@@ -124,30 +147,22 @@ def default_store_url() -> str:
     return sqlite_url(default_store_path(policy))
 
 
-def redacted(url: str) -> str:
-    """``url`` with any password replaced by ``***``, for printing."""
-    parts = urlsplit(url)
-    if not parts.password:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
 def sqlite_url(path: Path) -> str:
     """The ``sqlite://`` URL of ``path`` (absolute paths give the usual three slashes)."""
     return f"sqlite://{path}"
 
 
 @contextmanager
-def existing_store(store_url: str | None) -> Iterator[StateStore]:
-    """The operator's store, opened without creating or migrating anything.
+def existing_store(store_url: str | None, *, writing: bool = False) -> Iterator[StateStore]:
+    """The operator's store, opened without creating or migrating anything, and read-only
+    (``open_store(read_only=True)``) unless ``writing`` (a person's answer).
 
     A missing store, or one whose schema is behind or ahead of this ctrlrun, is refused
     (``SchemaMismatch``) with what to do about it. Closed on exit.
     """
     from ctrlrun.store import open_store, parse_store_url
 
-    url = store_url or default_store_url()
+    url = default_store_url() if store_url is None else store_url
     parsed = parse_store_url(url)
     if parsed.kind == "sqlite" and not Path(parsed.target).expanduser().exists():
         raise Refusal(
@@ -155,7 +170,7 @@ def existing_store(store_url: str | None) -> Iterator[StateStore]:
             " or the first protected call creates it; or point --store-url (or"
             f" {STORE_URL_ENV}) at an existing one"
         )
-    store: StateStore = open_store(url, existing=True)
+    store: StateStore = open_store(url, existing=True, read_only=not writing)
     try:
         yield store
     finally:
@@ -191,12 +206,16 @@ def table(
     color_column: int | None = None,
 ) -> None:
     """Print ``rows`` (under ``header``, if any) as columns two spaces apart, the last one
-    unpadded.
+    unpadded. Every cell is escaped (``escape_text``) first: a value can neither span two rows
+    nor send the terminal anything but text.
 
     Widths are taken from the plain text; the ``color_column`` cell is colored after
     padding, and ``click.echo`` strips the color unless stdout is a terminal.
     """
-    lines = [*([header] if header is not None else []), *rows]
+    lines = [
+        [escape_text(cell) for cell in line]
+        for line in (*([] if header is None else [header]), *rows)
+    ]
     widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]) - 1)]
     for number, line in enumerate(lines):
         cells = [cell.ljust(width) for cell, width in zip(line, widths, strict=False)]
@@ -208,9 +227,38 @@ def table(
         click.echo("  ".join(cells).rstrip())
 
 
+def json_text(document: Any) -> str:
+    """``document`` as one line of JSON: keys sorted (stable output), instants as RFC 3339 UTC
+    with ``Z`` (``encode_instant``), non-ASCII text as it is except the characters a terminal
+    could act on, which are ``\\uXXXX`` escapes (still exact JSON: it decodes to the same
+    values)."""
+    text = json.dumps(document, sort_keys=True, ensure_ascii=False, default=_json_default)
+    return escape_text(text, json=True)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return encode_instant(value)
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    return str(value)
+
+
 def json_line(document: Any) -> None:
-    """Print ``document`` as one line of JSON (keys sorted, so output is stable)."""
-    click.echo(json.dumps(document, sort_keys=True, ensure_ascii=False, default=str))
+    """Print ``document`` as one line of JSON (``json_text``)."""
+    click.echo(json_text(document))
+
+
+def say_lines(text: str) -> None:
+    """Print a text made of lines (a report), each line escaped as ``say`` does."""
+    for line in text.split("\n"):
+        say(line)
+
+
+def say(text: str = "", *, err: bool = False) -> None:
+    """Print one line for a person, escaped (``escape_text``): whatever it holds, it is one
+    line of plain text on the screen."""
+    click.echo(escape_text(text), err=err)
 
 
 def when(value: datetime | None) -> str:
@@ -224,8 +272,9 @@ def instant(value: datetime | None) -> str | None:
 
 
 def compact(value: Any) -> str:
-    """``value`` as compact one-line JSON, for a table cell."""
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+    """``value`` in full as one line of JSON, for a table cell (never shortened: a person
+    approves from it)."""
+    return json_text(value)
 
 
 def who(principal: Any) -> str:
@@ -237,8 +286,9 @@ def who(principal: Any) -> str:
 
 
 def shorten(text: str | None, limit: int = 60) -> str:
-    """``text`` on one line, cut to ``limit`` characters with an ellipsis; ``-`` for none."""
+    """``text`` escaped (a line break shows as ``\\n``), cut to ``limit`` characters with an
+    ellipsis; ``-`` for none. For notes beside a row, never for what a person approves."""
     if not text:
         return "-"
-    flat = " ".join(text.split())
+    flat = escape_text(text)
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"

@@ -17,6 +17,8 @@ from typing import Any, NoReturn
 
 import click
 
+from ctrlrun.cli.common import checked_store_url, error_text, say_lines
+from ctrlrun.display import escape_text
 from ctrlrun.errors import CtrlrunError
 from ctrlrun.store.url import parse_store_url
 
@@ -24,8 +26,8 @@ LABELS = {"pass": "PASS", "fail": "FAIL", "n/a": "N/A"}
 
 
 def refuse(message: str, code: int = 2) -> NoReturn:
-    """One line ``Error: …`` on stderr, then exit ``code``."""
-    click.echo(f"Error: {' '.join(message.split())}", err=True)
+    """One line ``Error: …`` on stderr (escaped, as every refusal is), then exit ``code``."""
+    click.echo(f"Error: {error_text(message)}", err=True)
     raise click.exceptions.Exit(code)
 
 
@@ -69,6 +71,7 @@ def _progress(index: int, total: int, name: str, result: Any) -> None:
     "--store-url",
     required=True,
     metavar="URL",
+    callback=checked_store_url,
     help="sqlite:///dir/state.db or postgresql://… (the store itself is never opened).",
 )
 @click.option("--only", default="", metavar="NAMES", help="Comma-separated cases or suites.")
@@ -95,7 +98,11 @@ def conformance(
     except CtrlrunError as exc:
         refuse(exc.message)
     report = run(backend, only=names, processes=processes, progress=_live(progress))
-    click.echo(report.to_json() if as_json else report.to_text())
+    if as_json:
+        for line in report.to_json().split("\n"):  # indented JSON: escape each line
+            click.echo(escape_text(line, json=True))
+    else:
+        say_lines(report.to_text())
     raise click.exceptions.Exit(0 if report.ok else 1)
 
 

@@ -12,8 +12,9 @@ from typing import Final
 
 import click
 
-from ctrlrun.cli.common import Refusal, sqlite_url
+from ctrlrun.cli.common import Refusal, say, sqlite_url
 from ctrlrun.cli.scenarios import LOST_REPLY_KEY, POLICY_SUMMARY, DemoFailure, run_scenarios
+from ctrlrun.display import command_line
 
 DEMO_DIR: Final = Path(".ctrlrun") / "demo"
 DEMO_STORE: Final = "state.db"
@@ -22,7 +23,8 @@ _STORE_FILES: Final = ("", "-wal", "-shm", "-journal")  # SQLite's file and its 
 
 def fresh_store(directory: Path) -> Path:
     """The demo store's path, with the files a previous run left removed (and nothing else)."""
-    directory.mkdir(parents=True, exist_ok=True)
+    for level in (directory.parent, directory):  # .ctrlrun and .ctrlrun/demo: private
+        level.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = directory / DEMO_STORE
     for suffix in _STORE_FILES:
         path.with_name(path.name + suffix).unlink(missing_ok=True)
@@ -39,17 +41,17 @@ def demo() -> None:
     pass. Evidence goes to .ctrlrun/demo/state.db, never to your own store.
     """
     path = fresh_store(DEMO_DIR.absolute())
-    click.echo("ctrlrun demo: five ways an agent's action goes wrong, each stopped for real")
-    click.echo(POLICY_SUMMARY)
+    say("ctrlrun demo: five ways an agent's action goes wrong, each stopped for real")
+    say(POLICY_SUMMARY)
     try:
-        count = run_scenarios(path, click.echo)
+        count = run_scenarios(path, say)
     except DemoFailure as exc:
         raise Refusal(f"the demo failed, so ctrlrun is broken here: {exc}") from exc
     url = sqlite_url(path)
-    click.echo("")
-    click.echo(f"All five held: {count} receipts, hash chain verified.")
-    click.echo("Read the evidence (the demo's own store; yours is untouched):")
-    click.echo(f"   ctrlrun receipts --store-url {url}")
-    click.echo(f"   ctrlrun effects --store-url {url}")
-    click.echo("and settle scenario 1 as the person who checked with the provider:")
-    click.echo(f"   ctrlrun resolve {LOST_REPLY_KEY} --failed --store-url {url}")
+    say("")
+    say(f"All five held: {count} receipts, hash chain verified.")
+    say("Read the evidence (the demo's own store; yours is untouched):")
+    say("   " + command_line("ctrlrun", "receipts", "--store-url", url))
+    say("   " + command_line("ctrlrun", "effects", "--store-url", url))
+    say("and settle scenario 1 as the person who checked with the provider:")
+    say("   " + command_line("ctrlrun", "resolve", LOST_REPLY_KEY, "--failed", "--store-url", url))

@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import getpass
 import os
-import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
 from typing import Any
 
 import click
 
-from ctrlrun.cli.common import json_line
+from ctrlrun.cli.common import (
+    STORE_URL_ENV,
+    Refusal,
+    checked_store_url,
+    default_store_url,
+    json_line,
+)
+from ctrlrun.display import escape_text
 from ctrlrun.errors import CtrlrunError
 
 STORE_URL_HELP = (
@@ -23,19 +28,22 @@ STORE_URL_HELP = (
 
 
 def store_option(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``--store-url``, read from ``$CTRLRUN_STORE_URL`` when not given."""
-    return click.option("--store-url", envvar="CTRLRUN_STORE_URL", help=STORE_URL_HELP)(fn)
+    """``--store-url``, read from ``$CTRLRUN_STORE_URL`` when not given (an empty one is
+    refused, as every command refuses it)."""
+    option = click.option(
+        "--store-url", envvar=STORE_URL_ENV, callback=checked_store_url, help=STORE_URL_HELP
+    )
+    return option(fn)
 
 
-def open_operator_store(url: str | None) -> Any:
+def open_operator_store(url: str | None, *, writing: bool = False) -> Any:
     """The store ``url`` names, else ``.ctrlrun/state.db`` beside the policy file. It must
-    already exist at the current schema: these commands create and migrate nothing."""
-    from ctrlrun.runtime.locate import default_store_path, policy_path
+    already exist at the current schema: these commands create and migrate nothing; unless
+    ``writing`` (a person's answer), they open it read-only (``open_store(read_only=True)``)."""
     from ctrlrun.store import open_store
 
-    if url:
-        return open_store(url, existing=True)
-    return open_store(f"sqlite://{default_store_path(policy_path())}", existing=True)
+    target = default_store_url() if url is None else url
+    return open_store(target, existing=True, read_only=not writing)
 
 
 def default_person() -> str:
@@ -45,27 +53,21 @@ def default_person() -> str:
 
 @contextmanager
 def refusals() -> Iterator[None]:
-    """Any ctrlrun error becomes one line ``Error: …`` on stderr and exit status 1."""
+    """Any ctrlrun error becomes one line ``Error: …`` on stderr (escaped, as every refusal
+    is) and exit status 1."""
     try:
         yield
     except CtrlrunError as exc:
-        click.echo(f"Error: {' '.join(str(exc).split())}", err=True)
-        sys.exit(1)
-
-
-def when(value: datetime | None) -> str:
-    """An instant as ``YYYY-MM-DDTHH:MM:SSZ`` (or ``-``)."""
-    return "-" if value is None else value.strftime("%Y-%m-%dT%H:%M:%SZ")
+        raise Refusal(str(exc)) from exc
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Plain, aligned, greppable columns."""
-    widths = [
-        max(len(str(cell)) for cell in column) for column in zip(headers, *rows, strict=False)
-    ]
-    lines = [headers, *rows]
+    """Plain, aligned, greppable columns; every cell escaped (``escape_text``), so a value
+    can neither span two rows nor steer the terminal."""
+    lines = [[escape_text(str(cell)) for cell in line] for line in (headers, *rows)]
+    widths = [max(len(cell) for cell in column) for column in zip(*lines, strict=True)]
     return "\n".join(
-        "  ".join(str(cell).ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
         for line in lines
     )
 

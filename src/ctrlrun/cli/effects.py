@@ -15,6 +15,7 @@ from ctrlrun.cli.common import (
     existing_store,
     instant,
     json_line,
+    say,
     shorten,
     store_url_option,
     table,
@@ -59,7 +60,8 @@ def note(record: EffectRecord) -> str:
 
 @click.command()
 @click.option(
-    "--state",
+    "--status",
+    "state",
     type=click.Choice([str(state) for state in EffectState]),
     help="Only effects in this state.",
 )
@@ -110,7 +112,7 @@ def resolve(key: str, committed: bool, failed: bool, store_url: str | None) -> N
     if committed == failed:
         raise click.UsageError("give exactly one of --committed and --failed")
     target = EffectState.COMMITTED if committed else EffectState.FAILED
-    with existing_store(store_url) as store:
+    with existing_store(store_url, writing=True) as store:
         record = store.get_effect(key)
         if record is not None and record.lease_expired(utc_now()):
             raise Refusal(
@@ -118,7 +120,7 @@ def resolve(key: str, committed: bool, failed: bool, store_url: str | None) -> N
                 " attempt on it will record it AMBIGUOUS; resolve it then"
             )
         resolved = store.resolve_effect(key, target, CLI_PERSON)
-    click.echo(f"{key} resolved {resolved.state} by {CLI_PERSON}")
+    say(f"{key} resolved {resolved.state} by {CLI_PERSON}")
     if target is EffectState.FAILED:
         click.echo(f"a retry is now allowed, as attempt {resolved.attempt + 1}")
     else:

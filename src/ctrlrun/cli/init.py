@@ -7,8 +7,9 @@ from typing import Final
 
 import click
 
-from ctrlrun.cli.common import Refusal, redacted, store_url_option
+from ctrlrun.cli.common import Refusal, say, store_url_option
 from ctrlrun.runtime.locate import default_store_path, policy_path
+from ctrlrun.store.url import redacted
 
 STARTER_POLICY: Final = """\
 # ctrlrun.yaml: what your agents may do. Every action not named here is denied.
@@ -80,14 +81,14 @@ def init(store_url: str | None) -> None:
     if store_url:
         open_store(store_url).close()
     else:
-        target.parent.mkdir(exist_ok=True)
+        target.parent.mkdir(mode=0o700, exist_ok=True)  # private: it holds the evidence
         SQLiteStateStore(target).close()
     with policy.open("x", encoding="utf-8") as out:  # "x": lose no race to another writer
         out.write(STARTER_POLICY)
-    click.echo(f"wrote {shown(policy)}: 5 actions; anything it does not name is denied")
+    say(f"wrote {shown(policy)}: 5 actions; anything it does not name is denied")
     where = redacted(store_url) if store_url else shown(target)
-    click.echo(f"{'kept the existing' if existed else 'created'} store {where}")
-    click.echo(
+    say(f"{'kept the existing' if existed else 'created'} store {where}")
+    say(
         'next: protect a function with @ctrlrun.protect("stripe.refund"), or run'
         " `ctrlrun demo` to watch the refusals"
     )

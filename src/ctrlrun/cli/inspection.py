@@ -15,7 +15,7 @@ from typing import Any, Final
 import click
 
 from ctrlrun._time import utc_now
-from ctrlrun.cli.approvals import approval_document, shown_status
+from ctrlrun.cli.approvals import approval_document, denial_reasons, shown_status
 from ctrlrun.cli.common import (
     Refusal,
     compact,
@@ -28,6 +28,7 @@ from ctrlrun.cli.common import (
 )
 from ctrlrun.cli.effects import effect_document, shown_state
 from ctrlrun.cli.receipts import read_document, receipt_json
+from ctrlrun.display import command_line
 from ctrlrun.kernel.approval import ApprovalRecord, ApprovalStatus
 from ctrlrun.kernel.effect import EffectRecord
 from ctrlrun.kernel.event import Event, EventType
@@ -49,6 +50,7 @@ class Inspection:
     approvals: list[ApprovalRecord] = field(default_factory=list)
     effect_key: str | None = None
     effect: EffectRecord | None = None
+    reasons: dict[str, str] = field(default_factory=dict)
     receipts: list[Receipt] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
 
@@ -75,6 +77,7 @@ def gather(store: StateStore, subject: str) -> Inspection:
     ids = {a.approval_id for a in found.approvals}
     answers = [e for e in store.events() if e.approval_id in ids and e.action_id != action_id]
     found.events = sorted([*own, *answers], key=lambda e: e.event_id)
+    found.reasons = denial_reasons(store, found.approvals)
     documents = [d for d in map(read_document, found.receipts) if isinstance(d, dict)]
     _fill_action(found, own, documents)
     found.effect_key = next(
@@ -122,7 +125,9 @@ def inspection_json(found: Inspection) -> dict[str, Any]:
         "action": found.action,
         "action_hash": found.action_hash,
         "decision": found.decision,
-        "approvals": [approval_document(a, now) for a in found.approvals],
+        "approvals": [
+            approval_document(a, now, found.reasons.get(a.approval_id)) for a in found.approvals
+        ],
         "effect_key": found.effect_key,
         "effect": None if found.effect is None else effect_document(found.effect, now),
         "receipts": [receipt_json(r) for r in found.receipts],
@@ -178,7 +183,8 @@ def _receipt_lines(found: Inspection) -> list[tuple[str, str]]:
 def _no_receipt(found: Inspection) -> str:
     pending = [a for a in found.approvals if a.status is ApprovalStatus.PENDING]
     if pending:
-        return f"none yet: awaiting a human (`ctrlrun approve {pending[-1].approval_id}`)"
+        hint = command_line("ctrlrun", "approve", pending[-1].approval_id)
+        return f"none yet: awaiting a human (`{hint}`)"
     effect = found.effect
     if effect is not None and effect.action_id == found.action_id:
         if effect.lease_expired(utc_now()):
@@ -204,7 +210,8 @@ def header_lines(found: Inspection) -> list[tuple[str, str]]:
     lines += [
         (
             "approval",
-            f"{a.approval_id}  {shown_status(a, now)}  expires {when(a.expires_at)}",
+            f"{a.approval_id}  {shown_status(a, now, found.reasons.get(a.approval_id))}"
+            f"  expires {when(a.expires_at)}",
         )
         for a in found.approvals
     ]

@@ -7,14 +7,15 @@ from typing import Any
 
 import click
 
+from ctrlrun.cli.common import when
 from ctrlrun.cli.durable_common import (
     emit_json,
     open_operator_store,
     refusals,
     store_option,
     table,
-    when,
 )
+from ctrlrun.kernel.operation import OperationStatus
 
 
 @click.group("operations")
@@ -22,10 +23,10 @@ def operations_group() -> None:
     """Long-running external operations: started once, then only polled."""
 
 
-def _operations(store_url: str | None) -> Any:
+def _operations(store_url: str | None, *, writing: bool = False) -> Any:
     from ctrlrun.durable.operations import Operations
 
-    return Operations(open_operator_store(store_url))
+    return Operations(open_operator_store(store_url, writing=writing))
 
 
 def _rows(records: Any) -> list[tuple[str, ...]]:
@@ -47,7 +48,11 @@ HEADERS = ("OPERATION", "STATUS", "KIND", "RESOURCE", "REMOTE", "LEASE", "RECONC
 
 
 @operations_group.command("list")
-@click.option("--status", help="only operations in this status")
+@click.option(
+    "--status",
+    type=click.Choice([str(s) for s in OperationStatus]),
+    help="Only operations in this status.",
+)
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 @store_option
 def list_operations(status: str | None, as_json: bool, store_url: str | None) -> None:
@@ -67,7 +72,7 @@ def reap_operations(as_json: bool, store_url: str | None) -> None:
     """Drop the lapsed claims of abandoned running operations; flag unknown starts for
     reconciliation. Never restarts anything."""
     with refusals():
-        moved = _operations(store_url).reap()
+        moved = _operations(store_url, writing=True).reap()
         if as_json:
             emit_json(*(dataclasses.asdict(r) for r in moved))
             return

@@ -7,6 +7,8 @@ from typing import Any
 
 import click
 
+from ctrlrun._time import utc_now
+from ctrlrun.cli.common import compact, say, when
 from ctrlrun.cli.durable_common import (
     default_person,
     emit_json,
@@ -14,9 +16,9 @@ from ctrlrun.cli.durable_common import (
     refusals,
     store_option,
     table,
-    when,
 )
 from ctrlrun.errors import PlanReason, PlanRefused
+from ctrlrun.kernel.plan import PlanStatus
 
 
 @click.group("plans")
@@ -24,10 +26,10 @@ def plans_group() -> None:
     """Multi-step plans a person approves or rejects as a whole, by hash."""
 
 
-def _plans(store_url: str | None) -> Any:
+def _plans(store_url: str | None, *, writing: bool = False) -> Any:
     from ctrlrun.durable.plans import Plans
 
-    return Plans(open_operator_store(store_url))
+    return Plans(open_operator_store(store_url, writing=writing))
 
 
 def _as_dict(record: Any) -> dict[str, Any]:
@@ -37,24 +39,28 @@ def _as_dict(record: Any) -> dict[str, Any]:
 
 
 @plans_group.command("list")
-@click.option("--status", help="only plans in this status")
+@click.option(
+    "--status",
+    type=click.Choice([str(s) for s in PlanStatus]),
+    help="Only plans in this status.",
+)
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 @store_option
 def list_plans(status: str | None, as_json: bool, store_url: str | None) -> None:
     """Plans, oldest first."""
     with refusals():
-        records = _plans(store_url).list(status)
+        records = _plans(store_url).list(status, heal=False)
         if as_json:
             emit_json(*(_as_dict(r) for r in records))
             return
         rows = [
             (
                 r.plan_id,
-                str(r.status),
+                shown_status(r),
                 str(len(r.steps)),
                 r.agent,
                 when(r.expires_at),
-                r.plan_hash[:19],
+                r.plan_hash,  # whole: a person approves by it
             )
             for r in records
         ]
@@ -69,7 +75,7 @@ def show_plan(plan_id: str, as_json: bool, store_url: str | None) -> None:
     """One plan: its hash, every step, and every step receipt."""
     with refusals():
         plans = _plans(store_url)
-        record = plans.get(plan_id)
+        record = plans.get(plan_id, heal=False)
         if record is None:
             raise PlanRefused(
                 f"plan {plan_id} is unknown", reason=PlanReason.UNKNOWN, plan_id=plan_id
@@ -80,33 +86,38 @@ def show_plan(plan_id: str, as_json: bool, store_url: str | None) -> None:
                 {**_as_dict(record), "receipts": [dataclasses.asdict(r) for r in receipts.values()]}
             )
             return
-        click.echo(
-            f"plan     {record.plan_id}\nstatus   {record.status}\n"
-            f"hash     {record.plan_hash}\nagent    {record.agent}"
-            f"{' for ' + record.user if record.user else ''}\n"
-            f"expires  {when(record.expires_at)}\napprover {record.approver or '-'}"
-        )
-        if record.error:
-            click.echo(f"error    {record.error}")
-        rows = []
-        for index, step in enumerate(record.steps):
-            receipt = receipts.get(index)
-            rows.append(
-                (
-                    str(index),
-                    step.action,
-                    str(receipt.result) if receipt else "-",
-                    _short(step.to_dict()["arguments"]),
-                )
+        for name, value in _header(record):
+            say(f"{name:<9}{value}")
+        rows = [
+            (
+                str(index),
+                step.action,
+                str(receipts[index].result) if index in receipts else "-",
+                compact(step.to_dict()["arguments"]),  # in full: a person approves from this
             )
+            for index, step in enumerate(record.steps)
+        ]
         click.echo(table(("STEP", "ACTION", "RESULT", "ARGUMENTS"), rows))
 
 
-def _short(value: Any) -> str:
-    from ctrlrun.canonical import canonical_text
+def shown_status(record: Any) -> str:
+    """The status; an executing plan whose worker's heartbeat lapsed says so (reading does not
+    move it: the next run, or any writing read, heals it back to approved)."""
+    lapsed = record.heartbeat_lapsed(utc_now())
+    return f"{record.status} (heartbeat lapsed)" if lapsed else str(record.status)
 
-    text = canonical_text(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+
+def _header(record: Any) -> list[tuple[str, str]]:
+    """The key/value lines above the steps (each value escaped when printed)."""
+    lines = [
+        ("plan", record.plan_id),
+        ("status", shown_status(record)),
+        ("hash", record.plan_hash),
+        ("agent", record.agent + (f" for {record.user}" if record.user else "")),
+        ("expires", when(record.expires_at)),
+        ("approver", record.approver or "-"),
+    ]
+    return lines + ([("error", record.error)] if record.error else [])
 
 
 @plans_group.command("approve")
@@ -119,10 +130,10 @@ def approve_plan(
 ) -> None:
     """Approve the whole plan, bound to its hash."""
     with refusals():
-        plans = _plans(store_url)
+        plans = _plans(store_url, writing=True)
         presented = plan_hash or _stored_hash(plans, plan_id)
         record = plans.approve(plan_id, plan_hash=presented, approver=person or default_person())
-        click.echo(f"approved {record.plan_id} {record.approved_hash} by {record.approver}")
+        say(f"approved {record.plan_id} {record.approved_hash} by {record.approver}")
 
 
 @plans_group.command("reject")
@@ -135,9 +146,9 @@ def reject_plan(
 ) -> None:
     """Reject the whole plan (terminal)."""
     with refusals():
-        plans = _plans(store_url)
+        plans = _plans(store_url, writing=True)
         record = plans.reject(plan_id, plan_hash=plan_hash, approver=person or default_person())
-        click.echo(f"rejected {record.plan_id} by {record.approver}")
+        say(f"rejected {record.plan_id} {record.plan_hash} by {record.approver}")
 
 
 def _stored_hash(plans: Any, plan_id: str) -> str:

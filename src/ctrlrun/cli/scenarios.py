@@ -15,6 +15,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Final, TypeVar, cast
 
+from ctrlrun.display import command_line
 from ctrlrun.errors import (
     AmbiguousEffect,
     ApprovalMismatch,
@@ -185,7 +186,8 @@ def lost_reply(stage: Stage) -> None:
         refused(lost, AmbiguousEffect)
     stage.say("BLOCKED", "the refund may already have happened (ambiguous)")
     stage.remote_calls(1)
-    stage.say("a person", f"settles it: ctrlrun resolve {LOST_REPLY_KEY} --committed")
+    hint = command_line("ctrlrun", "resolve", LOST_REPLY_KEY, "--committed")
+    stage.say("a person", f"settles it: {hint}")
     stage.say("", "(it happened) or --failed (it did not: the retry then runs as attempt 2)")
 
 

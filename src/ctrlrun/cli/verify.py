@@ -15,12 +15,14 @@ from typing import Any, NoReturn
 
 import click
 
+from ctrlrun.cli.common import error_text, say_lines
+from ctrlrun.display import escape_text
 from ctrlrun.errors import CtrlrunError
 
 
 def refuse(message: str, code: int = 2) -> NoReturn:
-    """One line ``Error: …`` on stderr, then exit ``code``."""
-    click.echo(f"Error: {' '.join(message.split())}", err=True)
+    """One line ``Error: …`` on stderr (escaped, as every refusal is), then exit ``code``."""
+    click.echo(f"Error: {error_text(message)}", err=True)
     raise click.exceptions.Exit(code)
 
 
@@ -76,6 +78,8 @@ def verify(  # noqa: PLR0917 - click passes one argument per option
     """Run the guarantees against this policy in scratch stores it creates and drops."""
     from ctrlrun.verify import run
 
+    if store_url is not None and not store_url.strip():
+        refuse("--store-url is empty: give postgresql://…, or leave it out for temp SQLite")
     try:
         loaded = _load(policy)
         report = run(loaded, store_url=store_url, only=only.split(","), progress=_live(progress))
@@ -87,5 +91,9 @@ def verify(  # noqa: PLR0917 - click passes one argument per option
         refuse(f"verify's own error: {type(exc).__name__}: {exc}", 3)
     if junit:
         Path(junit).write_text(report.to_junit(), encoding="utf-8")
-    click.echo(report.to_json() if as_json else report.to_text())
+    if as_json:
+        for line in report.to_json().split("\n"):  # indented JSON: escape each line
+            click.echo(escape_text(line, json=True))
+    else:
+        say_lines(report.to_text())
     raise click.exceptions.Exit(report.exit_code)

@@ -14,20 +14,24 @@
 
 404 for an unknown id, 413 over the size limit (the ``Content-Length`` header and the bytes that
 actually arrive are both checked), 415 for a body that is not ``application/json``, 400 for
-malformed JSON, wrong types or floats, 503 when the store fails. Bad input never makes a 500.
+malformed JSON, wrong types or floats, or a ``Content-Length`` that is not ASCII digits, 408 for
+a body that does not arrive within ``body_timeout``, 503 when the store fails. Bad input never
+makes a 500.
 ``X-Ctrlrun-Writer`` names the writer recorded in the history: an assertion by the caller, not
 authentication.
 """
 
 from __future__ import annotations
 
+import asyncio
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 try:
     from starlette.applications import Starlette
     from starlette.concurrency import run_in_threadpool
-    from starlette.requests import Request
+    from starlette.requests import ClientDisconnect, Request
     from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
 except ModuleNotFoundError as exc:  # pragma: no cover - exercised by the architecture test
@@ -53,15 +57,23 @@ from ctrlrun.kernel.document import check_doc_id, check_writer
 
 ENVELOPE_BYTES: Final = 64 * 1024
 """Room a request body may take beyond the content limit (keys, id, escaping)."""
+DEFAULT_BODY_TIMEOUT: Final = 30.0
+_BYTE_COUNT: Final = re.compile(r"[0-9]{1,18}")  # ASCII digits only: str.isdigit takes '١٢' too
 
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-def create_app(documents: DocumentStore, *, max_body_bytes: int | None = None) -> Starlette:
+def create_app(
+    documents: DocumentStore,
+    *,
+    max_body_bytes: int | None = None,
+    body_timeout: float = DEFAULT_BODY_TIMEOUT,
+) -> Starlette:
     """The ASGI app over ``documents``. A body over ``max_body_bytes`` (default: the store's
-    content limit plus ``ENVELOPE_BYTES``) is refused with 413 before it is parsed."""
+    content limit plus ``ENVELOPE_BYTES``) is refused with 413 before it is parsed; one that
+    has not arrived whole within ``body_timeout`` seconds, with 408."""
     limit = max_body_bytes or documents.max_content_bytes + ENVELOPE_BYTES
-    api = _Api(documents, limit)
+    api = _Api(documents, limit, body_timeout)
     return Starlette(
         routes=[
             Route(API_PREFIX, _guard(api.create), methods=["POST"]),
@@ -81,13 +93,18 @@ def _guard(handler: Handler) -> Handler:
         except CtrlrunError as exc:
             problem = problem_for(exc)
             return JSONResponse(problem.body, status_code=problem.status)
+        except TimeoutError:
+            body = {"error": "request_timeout", "message": "the request body came too slowly"}
+            return JSONResponse(body, status_code=408, headers={"Connection": "close"})
+        except ClientDisconnect:  # nobody is left to answer
+            return Response(status_code=400)
 
     return guarded
 
 
 class _Api:
-    def __init__(self, documents: DocumentStore, limit: int) -> None:
-        self.documents, self.limit = documents, limit
+    def __init__(self, documents: DocumentStore, limit: int, body_timeout: float) -> None:
+        self.documents, self.limit, self.body_timeout = documents, limit, body_timeout
 
     async def create(self, request: Request) -> Response:
         doc_id, kind, content = parse_create(await self._body(request))
@@ -133,16 +150,21 @@ class _Api:
             )
         declared = request.headers.get("content-length")
         if declared is not None:
-            if not declared.isdigit():
+            if not _BYTE_COUNT.fullmatch(declared):
                 raise InvalidArgument(f"Content-Length {declared!r} is not a byte count")
             self._check_size(int(declared))
+        async with asyncio.timeout(self.body_timeout):
+            raw = await self._read(request)
+        return decode_json(raw)
+
+    async def _read(self, request: Request) -> bytes:
         chunks: list[bytes] = []
         size = 0
         async for chunk in request.stream():  # the bytes that arrive, whatever was declared
             size += len(chunk)
             self._check_size(size)
             chunks.append(chunk)
-        return decode_json(b"".join(chunks))
+        return b"".join(chunks)
 
     def _check_size(self, size: int) -> None:
         if size > self.limit:

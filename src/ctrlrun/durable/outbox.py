@@ -147,8 +147,10 @@ class Outbox:
         return self.store.read(work)
 
     def resolve(self, message_id: str, status: MessageStatus | str, *, resolver: str) -> Message:
-        """A verdict on a parked (AMBIGUOUS) message: SENT (it was delivered), FAILED (it was
-        not, and must not be), or PENDING (it was not: send it again)."""
+        """A verdict on a parked (AMBIGUOUS) or DEAD message: SENT (it was delivered), FAILED
+        (it was not, and must not be), or PENDING (send it again). Any other status is refused
+        (``InvalidArgument``) and nothing is written; the write is conditional on the status
+        and attempts read, so a message that moved meanwhile is ``ClaimLost``."""
         target = MessageStatus(status)
         check_name(resolver, "resolver")
 
@@ -161,6 +163,7 @@ class Outbox:
                 txn,
                 message_id=message_id,
                 status=str(target),
+                from_status=str(message.status),
                 attempts=message.attempts,
                 error=error,
             )

@@ -128,24 +128,27 @@ class Plans:
 
         return self.store.transact(work)
 
-    def get(self, plan_id: str) -> PlanRecord | None:
-        """The plan, healed first if its heartbeat lapsed (a conditional write)."""
+    def get(self, plan_id: str, *, heal: bool = True) -> PlanRecord | None:
+        """The plan, healed first if its heartbeat lapsed (a conditional write); with ``heal``
+        false, as stored (a reader that may not write, e.g. ``ctrlrun plans show``)."""
 
         def look(txn: Txn) -> tuple[PlanRecord | None, bool]:
             record = get_plan_in_txn(txn, plan_id)
             return record, record is not None and record.heartbeat_lapsed(txn.now)
 
         record, lapsed = self.store.read(look)
-        if not lapsed:
+        if not lapsed or not heal:
             return record
         return self._heal(plan_id)
 
     def _heal(self, plan_id: str) -> PlanRecord | None:
         return self.store.transact(lambda txn: heal_in_txn(txn, plan_id))
 
-    def list(self, status: PlanStatus | str | None = None) -> tuple[PlanRecord, ...]:
+    def list(
+        self, status: PlanStatus | str | None = None, *, heal: bool = True
+    ) -> tuple[PlanRecord, ...]:
         """Plans oldest first (optionally only ``status``), each healed if its heartbeat
-        lapsed."""
+        lapsed (unless ``heal`` is false: then as stored)."""
         wanted = None if status is None else str(PlanStatus(status))
 
         def look(txn: Txn) -> tuple[tuple[PlanRecord, ...], tuple[str, ...]]:
@@ -154,7 +157,7 @@ class Plans:
             return records, tuple(r.plan_id for r in records if r.heartbeat_lapsed(txn.now))
 
         records, lapsed = self.store.read(look)
-        if not lapsed:
+        if not lapsed or not heal:
             return records
         for plan_id in lapsed:
             self._heal(plan_id)

@@ -144,6 +144,21 @@ def _expired(record: ApprovalRecord) -> ApprovalPlan:
     )
 
 
+MAX_REASON_CHARS: Final = 2000
+
+
+def check_reason(value: object) -> str | None:
+    """A denial's reason: None, or non-empty text of at most ``MAX_REASON_CHARS`` characters
+    (its line breaks are kept: every surface escapes what it shows)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidArgument(f"a reason must be non-empty text, got {value!r}")
+    if len(value) > MAX_REASON_CHARS:
+        raise InvalidArgument(f"a reason is at most {MAX_REASON_CHARS} characters")
+    return value
+
+
 def check_person(value: object, what: str = "approver") -> str:
     """``value`` if it is a usable name: non-empty, one line, no control or format characters."""
     if not isinstance(value, str) or not value.strip():

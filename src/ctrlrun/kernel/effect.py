@@ -16,6 +16,7 @@ from enum import StrEnum
 from typing import Any, Final
 
 from ctrlrun.canonical import canonical_bytes
+from ctrlrun.display import command_line
 from ctrlrun.errors import (
     ActionDenied,
     AmbiguousEffect,
@@ -185,7 +186,8 @@ def ambiguous_refusal(record: EffectRecord) -> AmbiguousEffect:
     """The refusal for a record that is AMBIGUOUS."""
     return AmbiguousEffect(
         f"effect {record.effect_key!r} is AMBIGUOUS (attempt {record.attempt}); resolve it"
-        f" with `ctrlrun resolve {record.effect_key} --committed|--failed` before retrying",
+        f" with `{command_line('ctrlrun', 'resolve', record.effect_key, '--committed')}` (it"
+        " happened) or `--failed` (it did not) before retrying",
         effect_key=record.effect_key,
         action_id=record.action_id,
     )

@@ -162,16 +162,20 @@ def plan_lapsed(message: Message, *, max_attempts: int, on_unknown: OnUnknown) -
 
 
 RESOLVABLE: Final = frozenset({MessageStatus.SENT, MessageStatus.FAILED, MessageStatus.PENDING})
+SETTLED_BY_A_PERSON: Final = frozenset({MessageStatus.AMBIGUOUS, MessageStatus.DEAD})
+"""Where no worker will move a message again: parked (outcome unknown) or dead (out of
+attempts). Only these take a person's verdict."""
 
 
 def check_resolution(message: Message | None, message_id: str, target: MessageStatus) -> None:
-    """Only an AMBIGUOUS message is resolved, to SENT, FAILED or PENDING (send it again)."""
+    """Only a parked (AMBIGUOUS) or DEAD message is resolved: to SENT (it was delivered after
+    all), FAILED (it was not, and must not be) or PENDING (send it again)."""
     if target not in RESOLVABLE:
-        raise InvalidArgument(f"a parked message resolves to sent, failed or pending, not {target}")
+        raise InvalidArgument(f"a message resolves to sent, failed or pending, not {target}")
     if message is None:
         raise InvalidArgument(f"no outbox message {message_id}")
-    if message.status is not MessageStatus.AMBIGUOUS:
-        raise InvalidArgument(f"message {message_id} is {message.status}, not ambiguous")
+    if message.status not in SETTLED_BY_A_PERSON:
+        raise InvalidArgument(f"message {message_id} is {message.status}, not ambiguous or dead")
 
 
 def delivery_token(message_id: str) -> str:

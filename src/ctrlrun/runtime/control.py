@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 
 from ctrlrun._time import Clock, check_positive, utc_now
 from ctrlrun.canonical import new_id
+from ctrlrun.display import command_line
 from ctrlrun.errors import (
     ActionDenied,
     AmbiguousEffect,
@@ -186,8 +187,9 @@ class Control:
         )
         self.store.put_approval_request(draft, call.pre)
         raise ApprovalRequired(
-            f"{call.action.name} needs a human: `ctrlrun approve {draft.approval_id}`, then"
-            " call again inside with_approval(...)",
+            f"{call.action.name} needs a human:"
+            f" `{command_line('ctrlrun', 'approve', draft.approval_id)}`, then call again"
+            " inside with_approval(...)",
             request_id=draft.approval_id,
             action_id=call.action.action_id,
         )

@@ -37,10 +37,10 @@ def open_default_store(policy: Path) -> Any:
     from ctrlrun.store import open_store
 
     url = os.environ.get("CTRLRUN_STORE_URL")
-    if url:
+    if url is not None:  # set but empty is refused by open_store, never a silent fallback
         return open_store(url)
     target = default_store_path(policy)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     from ctrlrun.store.sqlite import SQLiteStateStore
 
     return SQLiteStateStore(target)

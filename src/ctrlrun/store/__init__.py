@@ -24,15 +24,21 @@ __all__ = [
 ]
 
 
-def open_store(url: str, *, clock: Clock | None = None, existing: bool = False) -> Any:
+def open_store(
+    url: str, *, clock: Clock | None = None, existing: bool = False, read_only: bool = False
+) -> Any:
     """Open the store ``url`` names. With ``existing``, create and migrate nothing: refuse a
-    store that is missing, behind or ahead (for commands that only read evidence)."""
+    store that is missing, behind or ahead (for commands that answer from the shell). With
+    ``read_only`` (which implies ``existing``), also write nothing: a SQLite file is opened
+    ``mode=ro`` and can be read on read-only media; a Postgres store needs only ``USAGE`` on
+    the schema and ``SELECT`` on its tables."""
     parsed = parse_store_url(url)
+    existing = existing or read_only
     if parsed.kind == "sqlite":
         from ctrlrun.store.sqlite import SQLiteStateStore
 
         if existing:
-            return SQLiteStateStore.open_existing(parsed.target, clock=clock)
+            return SQLiteStateStore.open_existing(parsed.target, clock=clock, read_only=read_only)
         return SQLiteStateStore(parsed.target, clock=clock)
     try:
         from ctrlrun.postgres import PostgresStateStore  # type: ignore[import-not-found,unused-ignore]

@@ -174,8 +174,11 @@ class StateStore(Protocol):
         """PENDING → GRANTED; refusals per ``plan_answer``."""
         ...
 
-    def deny_approval(self, approval_id: str, approver: str) -> ApprovalRecord:
-        """PENDING → DENIED; refusals per ``plan_answer``."""
+    def deny_approval(
+        self, approval_id: str, approver: str, reason: str | None = None
+    ) -> ApprovalRecord:
+        """PENDING → DENIED; refusals per ``plan_answer``. ``reason`` (why, in the person's
+        words; ``check_reason``) is recorded on the ``APPROVAL_DENIED`` event."""
         ...
 
     def get_approval(self, approval_id: str) -> ApprovalRecord | None:

@@ -24,6 +24,7 @@ from ctrlrun.kernel.approval import (
     ApprovalRecord,
     ApprovalRequestDraft,
     check_person,
+    check_reason,
 )
 from ctrlrun.kernel.effect import EffectRecord, EffectState
 from ctrlrun.kernel.event import EventDraft
@@ -36,6 +37,7 @@ from ctrlrun.store.ops.effects import begin_execution_in_txn, resolve_effect_in_
 from ctrlrun.store.protocol import DriverTxn, FinishRequest, Started, StartRequest
 from ctrlrun.store.queries import load_queries, migration_files
 from ctrlrun.store.reads import StoreReads
+from ctrlrun.store.sqlite_files import can_read, create_private, wal_path
 from ctrlrun.store.sqlite_rows import ROWS_PER_STATEMENT, row_names, rows_statement
 
 T = TypeVar("T")
@@ -183,7 +185,7 @@ class SQLiteStateStore(StoreReads):
         durability: str = "full",
         clock: Clock | None = None,
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
-        _migrate: bool = True,
+        _mode: str | None = None,
     ) -> None:
         if durability not in DURABILITY:
             raise InvalidArgument(f"durability is 'full' or 'normal', not {durability!r}")
@@ -197,22 +199,27 @@ class SQLiteStateStore(StoreReads):
         self._connections: list[sqlite3.Connection] = []
         self._writes = itertools.count()
         self._write_count = 0
-        self._read_only = not _migrate
-        if _migrate:
+        self._mode = _mode
+        if _mode is None:
+            create_private(self.path)
             self._wrap(self._migrate)
         else:
             self._wrap(self._check_current)
 
     @classmethod
     def open_existing(
-        cls, path: str | os.PathLike[str], *, clock: Clock | None = None
+        cls, path: str | os.PathLike[str], *, clock: Clock | None = None, read_only: bool = False
     ) -> SQLiteStateStore:
         """Open a store that must already exist at the current schema; create and migrate
-        nothing. For commands that read evidence. Raises ``SchemaMismatch`` otherwise."""
+        nothing. For commands that read evidence. Raises ``SchemaMismatch`` otherwise.
+
+        With ``read_only`` every connection is opened ``mode=ro``: a write fails, and the file
+        can be read where it cannot be written (a read-only directory or medium; see
+        ``_connect``)."""
         resolved = Path(os.fspath(path)).expanduser().absolute()
         if not resolved.is_file():
             raise SchemaMismatch(f"no ctrlrun store at {resolved}")
-        return cls(resolved, clock=clock, _migrate=False)
+        return cls(resolved, clock=clock, _mode="ro" if read_only else "rw")
 
     # --- connections ----------------------------------------------------------------------
 
@@ -233,15 +240,14 @@ class SQLiteStateStore(StoreReads):
         return handles
 
     def _connect(self) -> sqlite3.Connection:
-        if self._read_only:
-            uri = f"{self.path.as_uri()}?mode=rw"
-            conn = sqlite3.connect(
-                uri,
-                uri=True,
-                timeout=self._busy_timeout,
-                isolation_level=None,
-                check_same_thread=False,
-            )
+        if self._mode is not None:
+            conn = self._connect_uri(f"mode={self._mode}")
+            if self._mode == "ro" and not can_read(conn) and not wal_path(self.path).exists():
+                # A read-only directory: a WAL reader cannot create the -shm index. With no
+                # -wal file every committed page is in the main file, and nobody can be
+                # writing it (a writer would need the -wal), so read it as immutable.
+                conn.close()
+                conn = self._connect_uri("mode=ro&immutable=1")
         else:
             conn = sqlite3.connect(
                 self.path,
@@ -253,6 +259,15 @@ class SQLiteStateStore(StoreReads):
         conn.row_factory = sqlite3.Row
         conn.execute(f"PRAGMA synchronous = {DURABILITY[self.durability]}")
         return conn
+
+    def _connect_uri(self, query: str) -> sqlite3.Connection:
+        return sqlite3.connect(
+            f"{self.path.as_uri()}?{query}",
+            uri=True,
+            timeout=self._busy_timeout,
+            isolation_level=None,
+            check_same_thread=False,
+        )
 
     def close(self) -> None:
         """Close every connection this store opened. Later calls reconnect (not a fence)."""
@@ -467,16 +482,21 @@ class SQLiteStateStore(StoreReads):
         """See ``StateStore.grant_approval``."""
         return self._answer(approval_id, approver, grant=True)
 
-    def deny_approval(self, approval_id: str, approver: str) -> ApprovalRecord:
+    def deny_approval(
+        self, approval_id: str, approver: str, reason: str | None = None
+    ) -> ApprovalRecord:
         """See ``StateStore.deny_approval``."""
-        return self._answer(approval_id, approver, grant=False)
+        return self._answer(approval_id, approver, grant=False, reason=check_reason(reason))
 
-    def _answer(self, approval_id: str, approver: str, *, grant: bool) -> ApprovalRecord:
+    def _answer(
+        self, approval_id: str, approver: str, *, grant: bool, reason: str | None = None
+    ) -> ApprovalRecord:
         record: ApprovalRecord = self._in_txn(
             answer_approval_in_txn,
             approval_id=approval_id,
             approver=check_person(approver),
             grant=grant,
+            reason=reason,
         )
         return record
 

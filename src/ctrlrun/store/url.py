@@ -1,18 +1,26 @@
 """Store URLs: ``sqlite:///abs/path.db``, ``sqlite://relative.db``, ``postgresql://…``.
 
 For Postgres the schema travels as ctrlrun's own ``ctrlrun_schema`` query parameter, peeled off
-here so the driver receives the URL otherwise unchanged.
+here; every other byte of the URL reaches the driver as it was written (no parameter is decoded
+and re-encoded on the way). Nothing here ever puts a URL, or any part of one that could hold a
+secret, into an error message: a refusal says what is wrong and where, never what was written.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Final
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import quote, unquote
 
 from ctrlrun.errors import InvalidArgument
 
 SCHEMA_PARAM: Final = "ctrlrun_schema"
+FORMS: Final = "sqlite:///path/to/state.db or postgresql://…[?ctrlrun_schema=name]"
+SECRET_PARAMS: Final = frozenset({"password", "sslpassword"})
+_SCHEME: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,30}://")
+_BAD_ESCAPE: Final = re.compile(r"%(?![0-9A-Fa-f]{2})")
+_IN_MEMORY: Final = (":memory:", "/:memory:")
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,24 +34,111 @@ class StoreURL:
 
 
 def parse_store_url(url: str) -> StoreURL:
-    """Parse ``url``; ``InvalidArgument`` naming the accepted forms otherwise."""
+    """Parse ``url``; ``InvalidArgument`` naming the accepted forms otherwise (never echoing
+    the URL: it may hold a password)."""
     if not isinstance(url, str) or not url.strip():
-        raise InvalidArgument("a store URL must be a non-empty string")
+        raise InvalidArgument(f"the store URL is empty: give {FORMS}")
     if url.startswith("sqlite://"):
-        path = url[len("sqlite://") :]
-        if not path:
-            raise InvalidArgument(f"{url!r} names no file: use sqlite:///path/to/state.db")
-        return StoreURL("sqlite", path)
+        return StoreURL("sqlite", _sqlite_path(url[len("sqlite://") :]))
     if url.startswith(("postgresql://", "postgres://")):
-        parts = urlsplit(url)
-        params = parse_qsl(parts.query, keep_blank_values=True)
-        schemas = [value for name, value in params if name == SCHEMA_PARAM]
+        _check_escapes(url)
+        target, schemas = split_param(url, SCHEMA_PARAM)
         if len(schemas) > 1:
             raise InvalidArgument(f"{SCHEMA_PARAM} given {len(schemas)} times in the store URL")
-        rest = urlencode([(n, v) for n, v in params if n != SCHEMA_PARAM])
-        target = urlunsplit(parts._replace(query=rest))
         return StoreURL("postgres", target, schemas[0] if schemas else "public")
-    raise InvalidArgument(
-        f"unsupported store URL {url.split('://', maxsplit=1)[0]!r}://…: use sqlite:///path/to/state.db"
-        " or postgresql://…[?ctrlrun_schema=name]"
-    )
+    scheme = _SCHEME.match(url)
+    if scheme is None:
+        raise InvalidArgument(
+            f"the store URL is not a URL (a key/value connection string such as 'host=…"
+            f" dbname=…' is not accepted: write it as a postgresql:// URL, or name a service"
+            f" with postgresql://?service=NAME): give {FORMS}"
+        )
+    raise InvalidArgument(f"unsupported store URL {scheme.group(0)}…: give {FORMS}")
+
+
+def _sqlite_path(path: str) -> str:
+    if not path:
+        raise InvalidArgument(f"the store URL names no file: give {FORMS}")
+    if path in _IN_MEMORY or "mode=memory" in path or path.startswith("file:"):
+        raise InvalidArgument(
+            "a ctrlrun store is a file: an in-memory database would lose every reservation,"
+            " approval and receipt when the process exits; give sqlite:///path/to/state.db"
+        )
+    return path
+
+
+def _check_escapes(url: str) -> None:
+    """Refuse a ``%`` that does not start a two-digit escape: the driver's own error would
+    quote the text around it, which may be a password."""
+    if _BAD_ESCAPE.search(url):
+        where = "password or user" if _BAD_ESCAPE.search(_userinfo(url)) else "URL"
+        raise InvalidArgument(
+            f"the store URL's {where} has a '%' that does not start a %XX escape: write a"
+            " literal '%' as %25 (the URL is not shown: it may hold a password)"
+        )
+
+
+def _userinfo(url: str) -> str:
+    return _authority(url.split("://", 1)[1]).rpartition("@")[0]
+
+
+def split_param(url: str, name: str) -> tuple[str, list[str]]:
+    """``url`` without its query parameters called ``name`` (every other byte as written), and
+    their decoded values in order."""
+    base, mark, rest = url.partition("?")
+    if not mark:
+        return url, []
+    query, hash_mark, fragment = rest.partition("#")
+    kept, values = [], []
+    for piece in query.split("&"):
+        key, _, value = piece.partition("=")
+        if unquote(key, errors="replace") != name:
+            kept.append(piece)
+            continue
+        try:
+            values.append(unquote(value, errors="strict"))
+        except UnicodeDecodeError:
+            raise InvalidArgument(f"{name} in the store URL is not UTF-8") from None
+    tail = "?" + "&".join(kept) if kept else ""
+    return base + tail + hash_mark + fragment, values
+
+
+def with_param(url: str, name: str, value: str) -> str:
+    """``url`` with the query parameter ``name`` set to ``value`` (any earlier one removed,
+    every other byte as written)."""
+    base, _ = split_param(url, name)
+    head, hash_mark, fragment = base.partition("#")
+    joiner = "&" if "?" in head else "?"
+    return f"{head}{joiner}{quote(name, safe='')}={quote(value, safe='')}{hash_mark}{fragment}"
+
+
+def redacted(url: str) -> str:
+    """``url`` for printing: the password in its user info and any ``password`` or
+    ``sslpassword`` query parameter shown as ``***``; a string that is not a URL at all is
+    not shown."""
+    scheme = _SCHEME.match(url)
+    if scheme is None:
+        return "<not a URL>"
+    rest = url[scheme.end() :]
+    authority = _authority(rest)
+    userinfo, at, host = authority.rpartition("@")
+    shown = f"{userinfo.split(':', 1)[0]}:***@{host}" if at and ":" in userinfo else authority
+    return _redact_query(scheme.group(0) + shown + rest[len(authority) :])
+
+
+def _authority(rest: str) -> str:
+    """The authority part of a URL after its ``scheme://``."""
+    return re.split(r"[/?#]", rest, maxsplit=1)[0]
+
+
+def _redact_query(url: str) -> str:
+    base, mark, rest = url.partition("?")
+    if not mark:
+        return url
+    query, hash_mark, fragment = rest.partition("#")
+    pieces = []
+    for piece in query.split("&"):
+        key, eq, _ = piece.partition("=")
+        secret = unquote(key).lower() in SECRET_PARAMS
+        pieces.append(f"{key}{eq}***" if secret and eq else piece)
+    return base + mark + "&".join(pieces) + hash_mark + fragment

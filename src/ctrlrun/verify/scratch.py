@@ -130,7 +130,7 @@ class PostgresScratch(_Handles):
         self.application_name = schema
 
     def connection_url(self) -> str:
-        from ctrlrun.conformance.store.backends import with_param
+        from ctrlrun.store.url import with_param
 
         return with_param(self.driver_url, "application_name", self.application_name)
 

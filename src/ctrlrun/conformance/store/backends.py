@@ -22,12 +22,12 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from ctrlrun._time import Clock, encode_instant, utc_now
 from ctrlrun._version import __version__
 from ctrlrun.store.protocol import StateStore
-from ctrlrun.store.url import SCHEMA_PARAM, parse_store_url
+from ctrlrun.store.url import SCHEMA_PARAM, parse_store_url, with_param
 
 
 class Scratch(Protocol):
@@ -192,14 +192,6 @@ class PostgresBackend:
         finally:
             scratch.close_all()
             drop_schema(self.driver_url, schema, self.leaked)
-
-
-def with_param(url: str, name: str, value: str) -> str:
-    """``url`` with the query parameter ``name`` set to ``value`` (replacing any)."""
-    parts = urlsplit(url)
-    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != name]
-    query.append((name, value))
-    return urlunsplit(parts._replace(query=urlencode(query)))
 
 
 def with_schema(driver_url: str, schema: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from ctrlrun._time import encode_instant
 from ctrlrun.errors import ApprovalMismatch, MismatchReason
 from ctrlrun.kernel.approval import (
     ApprovalPlan,
@@ -50,7 +51,7 @@ def put_approval_request_in_txn(txn: Txn, draft: ApprovalRequestDraft) -> Approv
                 approval_id=draft.approval_id,
                 data={
                     "action_hash": draft.action_hash,
-                    "expires_at": (now + draft.ttl).isoformat(),
+                    "expires_at": encode_instant(now + draft.ttl),
                 },
             )
         ],
@@ -81,9 +82,10 @@ def _apply_refusal(txn: Txn, record: ApprovalRecord | None, plan: ApprovalPlan) 
 
 
 def answer_approval_in_txn(
-    txn: Txn, *, approval_id: str, approver: str, grant: bool
+    txn: Txn, *, approval_id: str, approver: str, grant: bool, reason: str | None = None
 ) -> ApprovalRecord:
-    """PENDING → GRANTED or DENIED, if ``plan_answer`` allows; a lost race is ``answered``."""
+    """PENDING → GRANTED or DENIED, if ``plan_answer`` allows; a lost race is ``answered``.
+    A denial's ``reason`` goes on its ``APPROVAL_DENIED`` event."""
     record = get_approval_in_txn(txn, approval_id)
     _apply_refusal(txn, record, plan_answer(record, approval_id=approval_id, now=txn.now))
     status = ApprovalStatus.GRANTED if grant else ApprovalStatus.DENIED
@@ -103,9 +105,8 @@ def answer_approval_in_txn(
             approval_id=approval_id,
         )
     kind = EventType.APPROVAL_GRANTED if grant else EventType.APPROVAL_DENIED
-    append_events_in_txn(
-        txn, [EventDraft(kind, None, approval_id=approval_id, data={"approver": approver})]
-    )
+    data = {"approver": approver} | ({"reason": reason} if reason is not None else {})
+    append_events_in_txn(txn, [EventDraft(kind, None, approval_id=approval_id, data=data)])
     answered = get_approval_in_txn(txn, approval_id)
     assert answered is not None
     return answered

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Final
 
-from ctrlrun._time import check_aware
+from ctrlrun._time import check_aware, encode_instant
 from ctrlrun.kernel.event import EventDraft, EventType
 
 DEFAULT_THRESHOLD: Final = timedelta(seconds=1)
@@ -55,7 +55,7 @@ class ClockSkew:
                 "threshold_us": _micros(self.threshold),
                 "direction": "ahead" if self.skew > timedelta(0) else "behind",
                 "trigger": self.trigger,
-                "measured_at": self.measured_at.isoformat(),
+                "measured_at": encode_instant(self.measured_at),
             },
         )
 

@@ -8,7 +8,7 @@ from the same kernel planners, through the same ``store/ops`` functions; lease t
 database's clock. A COMMIT whose answer never came is settled by re-reading (``engine``).
 
 This module imports no driver: psycopg is loaded when a store is first constructed, and its
-absence raises ``MissingDependency`` naming ``pip install 'ctrlrun[postgres]'``.
+absence raises ``MissingDependency`` naming the extra to install.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from ctrlrun.kernel.approval import (
     ApprovalRecord,
     ApprovalRequestDraft,
     check_person,
+    check_reason,
 )
 from ctrlrun.kernel.effect import EffectRecord, EffectState
 from ctrlrun.kernel.event import EventDraft
@@ -283,15 +284,19 @@ class PostgresStateStore(StoreReads):
         """See ``StateStore.grant_approval``."""
         return self._answer(approval_id, approver, grant=True)
 
-    def deny_approval(self, approval_id: str, approver: str) -> ApprovalRecord:
+    def deny_approval(
+        self, approval_id: str, approver: str, reason: str | None = None
+    ) -> ApprovalRecord:
         """See ``StateStore.deny_approval``."""
-        return self._answer(approval_id, approver, grant=False)
+        return self._answer(approval_id, approver, grant=False, reason=check_reason(reason))
 
-    def _answer(self, approval_id: str, approver: str, *, grant: bool) -> ApprovalRecord:
+    def _answer(
+        self, approval_id: str, approver: str, *, grant: bool, reason: str | None = None
+    ) -> ApprovalRecord:
         person = check_person(approver)
         return self._engine.write(
             lambda txn: answer_approval_in_txn(
-                txn, approval_id=approval_id, approver=person, grant=grant
+                txn, approval_id=approval_id, approver=person, grant=grant, reason=reason
             ),
             operation="grant_approval" if grant else "deny_approval",
         )

@@ -68,7 +68,8 @@ UPDATE {schema}.outbox
 SET status = %(status)s::text, next_attempt_at = now(), updated_at = now(),
     last_error = %(error)s::text,
     finished_at = CASE WHEN %(status)s::text = 'pending' THEN NULL ELSE now() END
-WHERE message_id = %(message_id)s AND status = 'ambiguous' AND attempts = %(attempts)s;
+WHERE message_id = %(message_id)s AND status = %(from_status)s::text
+  AND attempts = %(attempts)s;
 
 -- ----------------------------------------------------------------------------------- plans
 

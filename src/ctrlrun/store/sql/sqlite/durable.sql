@@ -54,7 +54,7 @@ WHERE message_id = :message_id AND status = 'processing' AND attempts = :attempt
 UPDATE outbox
 SET status = :status, next_attempt_at = :now, updated_at = :now, last_error = :error,
     finished_at = CASE WHEN :status = 'pending' THEN NULL ELSE :now END
-WHERE message_id = :message_id AND status = 'ambiguous' AND attempts = :attempts;
+WHERE message_id = :message_id AND status = :from_status AND attempts = :attempts;
 
 -- ----------------------------------------------------------------------------------- plans
 

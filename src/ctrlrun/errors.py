@@ -65,13 +65,32 @@ class CtrlrunError(Exception):
             setattr(self, name, value)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild, (type(self), self.message, self._fields))
+        return (_rebuild, (type(self), self.message, self.fields()))
+
+    def fields(self) -> dict[str, Any]:
+        """The keyword fields as they stand now (a field may be filled in after raising)."""
+        return {name: getattr(self, name, value) for name, value in self._fields.items()}
+
+    def for_model(self) -> str:
+        """One short text for a model to read as a tool result: what happened and, where a
+        retry cannot help, "do not retry". Built from this error's own fields."""
+        values = {**self.fields(), "message": _clip(self.message)}
+        try:
+            return self._model_text.format_map(values)
+        except (KeyError, IndexError, ValueError):  # a subclass's fields differ: say the message
+            return CtrlrunError._model_text.format_map(values)
+
+    _model_text = "Error: {message}"
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready description: the class name, the message and every field."""
         out: dict[str, Any] = {"error": type(self).__name__, "message": self.message}
-        out.update({k: (str(v) if isinstance(v, StrEnum) else v) for k, v in self._fields.items()})
+        out.update({k: (str(v) if isinstance(v, StrEnum) else v) for k, v in self.fields().items()})
         return out
+
+
+def _clip(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _rebuild(cls: type[CtrlrunError], message: str, fields: dict[str, Any]) -> CtrlrunError:
@@ -91,6 +110,8 @@ class Refused(CtrlrunError):
 
 class ActionDenied(Refused):
     """The action may not run. ``reason`` is a ``DenyReason``; ``rule`` the deciding rule index."""
+
+    _model_text = "Not allowed: the action was refused ({reason}). Do not retry it."
 
     reason: DenyReason
     action_id: str | None
@@ -128,6 +149,11 @@ class EffectKeyError(ActionDenied):
 class ApprovalRequired(Refused):
     """The action needs a human. Re-invoke inside ``with_approval(request_id)`` once granted."""
 
+    _model_text = (
+        "Waiting for a person to approve this exact call (approval request {request_id})."
+        " Do not retry it now: tell the user it awaits approval."
+    )
+
     request_id: str
     action_id: str | None
 
@@ -140,6 +166,11 @@ class ApprovalRequired(Refused):
 class ApprovalMismatch(Refused):
     """The presented approval does not authorise this exact action now."""
 
+    _model_text = (
+        "Refused: the approval presented does not authorise this exact call ({reason})."
+        " Do not retry with it."
+    )
+
     reason: MismatchReason
     approval_id: str
 
@@ -148,17 +179,63 @@ class ApprovalMismatch(Refused):
 
 
 class DuplicateEffect(Refused):
-    """The effect already committed, or another attempt holds a live reservation."""
+    """The effect already committed (``AlreadyCommitted``), or another attempt holds a live
+    reservation (``InProgress``). Catch this base to handle both."""
 
     state: DuplicateState
     effect_key: str
+    _model_text = "This effect was already done or is in progress. Do not retry it."
 
-    def __init__(self, message: str, *, state: DuplicateState, effect_key: str) -> None:
-        super().__init__(message, reason="duplicate", state=state, effect_key=effect_key)
+    def __init__(
+        self, message: str, *, state: DuplicateState, effect_key: str, **fields: Any
+    ) -> None:
+        super().__init__(message, reason="duplicate", state=state, effect_key=effect_key, **fields)
+
+
+class AlreadyCommitted(DuplicateEffect):
+    """The effect committed earlier: an idempotent replay. ``result`` is the stored result and
+    ``receipt_id`` the receipt of the committed attempt (None when the store cannot say)."""
+
+    result: Any
+    receipt_id: str | None
+    _evidence_name = "DuplicateEffect"  # receipts written before the split read the same
+    _model_text = (
+        "Already done: this exact effect was carried out before (receipt {receipt_id})."
+        " Do not repeat it."
+    )
+
+    def __init__(
+        self, message: str, *, effect_key: str, result: Any = None, receipt_id: str | None = None
+    ) -> None:
+        super().__init__(
+            message,
+            state=DuplicateState.COMMITTED,
+            effect_key=effect_key,
+            result=result,
+            receipt_id=receipt_id,
+        )
+
+
+class InProgress(DuplicateEffect):
+    """Another attempt holds a live reservation of the effect key."""
+
+    _evidence_name = "DuplicateEffect"
+    _model_text = (
+        "Another attempt at this exact effect is in progress. Do not retry it now; check its"
+        " outcome later."
+    )
+
+    def __init__(self, message: str, *, effect_key: str) -> None:
+        super().__init__(message, state=DuplicateState.IN_PROGRESS, effect_key=effect_key)
 
 
 class AmbiguousEffect(Refused):
     """The effect's outcome is unknown; a retry is refused until a human or a hook resolves it."""
+
+    _model_text = (
+        "Outcome unknown: an earlier attempt at this effect may or may not have happened."
+        " A person must check and resolve it. Do not retry."
+    )
 
     effect_key: str
     action_id: str | None
@@ -235,6 +312,8 @@ class NotExecuted(CtrlrunError):
     other exception makes the effect AMBIGUOUS.
     """
 
+    _model_text = "The action did not run: {message}"
+
     def __init__(self, message: str = "the executor did not execute", **fields: Any) -> None:
         super().__init__(message, **fields)
 
@@ -244,6 +323,8 @@ class NotExecuted(CtrlrunError):
 
 class InvalidArgument(CtrlrunError, ValueError):
     """An input cannot be accepted (not canonicalisable, wrong type, impossible transition)."""
+
+    _model_text = "Invalid input, nothing was done: {message}"
 
     def __init__(self, message: str, **fields: Any) -> None:
         super().__init__(message, **fields)
@@ -269,6 +350,8 @@ class PreconditionRequired(InvalidArgument):
 class PolicyError(CtrlrunError):
     """The policy file is missing, unreadable or malformed. Names the key and the line."""
 
+    _model_text = "Refused: the action policy cannot be read. Do not retry; tell the user."
+
     key: str | None
     line: int | None
     path: str | None
@@ -286,6 +369,11 @@ class PolicyError(CtrlrunError):
 
 class StoreError(CtrlrunError):
     """The state store could not do what was asked. Never a proof that an effect did not run."""
+
+    _model_text = (
+        "The control store failed; whether the action happened is unknown. Do not retry;"
+        " tell the user."
+    )
 
     def __init__(self, message: str, **fields: Any) -> None:
         super().__init__(message, **fields)

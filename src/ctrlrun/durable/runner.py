@@ -65,6 +65,7 @@ from ctrlrun.kernel.plan import (
     step_receipt_document,
 )
 from ctrlrun.runtime.control import CallSpec, Control
+from ctrlrun.runtime.normalize import build_action
 from ctrlrun.runtime.receipts import describe
 from ctrlrun.store.codec import result_json
 from ctrlrun.store.ops import Txn
@@ -459,7 +460,8 @@ class PlanRunner:
         """Run an external step through the effect kernel; map its outcome to a step result."""
         assert self.control is not None
         step = record.steps[index]
-        action = Action(step.action, step.arguments, Principal(record.agent, record.user))
+        principal = Principal(record.agent, record.user)
+        action = build_action(self.control.policy, step.action, dict(step.arguments), principal)
         key = self._effect_key(record, index, action)
         try:
             value, _ = self.control.run(action, handler.fn, CallSpec(effect_key=key))

@@ -19,10 +19,10 @@ from ctrlrun.canonical import canonical_bytes
 from ctrlrun.display import command_line
 from ctrlrun.errors import (
     ActionDenied,
+    AlreadyCommitted,
     AmbiguousEffect,
     DenyReason,
-    DuplicateEffect,
-    DuplicateState,
+    InProgress,
     InvalidArgument,
     Refused,
 )
@@ -136,10 +136,10 @@ def plan_reservation(
         return _grant(PlanKind.INSERT, effect_key, action_id, 1, now + lease)
     if record.state is EffectState.COMMITTED:
         return _refuse(
-            DuplicateEffect(
+            AlreadyCommitted(
                 f"effect {effect_key!r} already committed (attempt {record.attempt})",
-                state=DuplicateState.COMMITTED,
                 effect_key=effect_key,
+                result=record.result,
             )
         )
     if record.state is EffectState.AMBIGUOUS:
@@ -163,10 +163,9 @@ def plan_reservation(
         )
     if record.lease_is_live(now):
         return _refuse(
-            DuplicateEffect(
+            InProgress(
                 f"effect {effect_key!r} is in progress (attempt {record.attempt},"
                 f" {record.action_id})",
-                state=DuplicateState.IN_PROGRESS,
                 effect_key=effect_key,
             )
         )
@@ -215,8 +214,8 @@ def plan_transition(
     """Whether ``action_id``'s attempt may move ``record`` out of one of the ``expected`` states.
 
     Returns ``None`` when it may, else the exception to raise: no record or a wiring bug →
-    ``InvalidArgument``; ambiguous → ``AmbiguousEffect``; committed → ``DuplicateEffect``;
-    another holder with a live lease → ``DuplicateEffect(in_progress)``.
+    ``InvalidArgument``; ambiguous → ``AmbiguousEffect``; committed → ``AlreadyCommitted``;
+    another holder with a live lease → ``InProgress``.
     """
     if record is None:
         return InvalidArgument(f"no effect record for {effect_key!r}")
@@ -226,15 +225,13 @@ def plan_transition(
     if record.state is EffectState.AMBIGUOUS:
         return ambiguous_refusal(record)
     if record.state is EffectState.COMMITTED:
-        return DuplicateEffect(
+        return AlreadyCommitted(
             f"effect {effect_key!r} already committed",
-            state=DuplicateState.COMMITTED,
             effect_key=effect_key,
         )
     if not ours and record.lease_is_live(now):
-        return DuplicateEffect(
+        return InProgress(
             f"effect {effect_key!r} is held by another attempt",
-            state=DuplicateState.IN_PROGRESS,
             effect_key=effect_key,
         )
     return InvalidArgument(

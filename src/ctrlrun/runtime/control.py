@@ -4,12 +4,18 @@ normalize → decide → approve → reserve → execute → record. The policy 
 reserves and records, and ``Control`` only sequences them and maps the executor's outcome:
 a return is COMMITTED, ``NotExecuted`` is FAILED, anything else (``BaseException`` included)
 is AMBIGUOUS and re-raised. A store exception is never read as "not executed".
+
+The steps (``_begin``: normalize, decide, approve, reserve; the executor; ``_finish``) are
+driven by ``run`` here and by ``runtime.aio`` for ``arun``, so both paths share every check.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, NoReturn
@@ -19,6 +25,7 @@ from ctrlrun.canonical import new_id
 from ctrlrun.display import command_line
 from ctrlrun.errors import (
     ActionDenied,
+    AlreadyCommitted,
     AmbiguousEffect,
     ApprovalMismatch,
     ApprovalRequired,
@@ -37,6 +44,7 @@ from ctrlrun.kernel.policy import ActionPolicy, Decision, Policy
 from ctrlrun.kernel.receipt import Receipt, ReceiptDraft, ReceiptResult
 from ctrlrun.kernel.template import Template
 from ctrlrun.runtime.context import current_approval, hold, release
+from ctrlrun.runtime.normalize import normalized
 from ctrlrun.runtime.receipts import Verdict, describe, evaluated, proposed, receipt_draft
 from ctrlrun.runtime.reconcile import Reconcile, reconcile_blocked
 from ctrlrun.runtime.sinks import Sink, emit
@@ -57,7 +65,7 @@ class CallSpec:
 
 
 @dataclass(frozen=True, slots=True)
-class _Call:
+class InFlight:
     """One call in flight: the action, the verdict, its key and the events so far."""
 
     action: Action
@@ -84,13 +92,19 @@ class Control:
         clock: Clock | None = None,
         approval_ttl: timedelta = DEFAULT_APPROVAL_TTL,
         sinks: Sequence[Sink] = (),
+        async_workers: int = 8,
     ) -> None:
+        if not isinstance(async_workers, int) or async_workers < 1:
+            raise InvalidArgument(f"async_workers must be a positive int, got {async_workers!r}")
         self.policy = policy
         self.store = store
         self.lease = check_positive(lease, "lease")
         self.approval_ttl = check_positive(approval_ttl, "approval_ttl")
         self._clock = clock or utc_now
         self._sinks = tuple(sinks)
+        self.async_workers = async_workers
+        self._threads: ThreadPoolExecutor | None = None  # the async path's store threads
+        self._threads_lock = threading.Lock()
 
     @classmethod
     def from_file(cls, path: str | None = None, **kwargs: Any) -> Control:
@@ -128,7 +142,51 @@ class Control:
     def run(
         self, action: Action, executor: Callable[..., Any], spec: CallSpec
     ) -> tuple[Any, Receipt]:
-        """The pipeline; returns the executor's value and the receipt."""
+        """The pipeline; returns the executor's value and the receipt. ``executor`` must be a
+        plain function: one that returns an awaitable is refused (use ``arun``)."""
+        call, started = self._begin(action, spec)
+        return self._execute(call, executor, started)
+
+    async def aexecute(
+        self,
+        action: Action,
+        executor: Callable[..., Any],
+        *,
+        effect_key: str | None = None,
+        effect: str | Template | None = None,
+        lease: timedelta | None = None,
+        reconcile: Callable[..., Any] | None = None,
+        approval_id: str | None = None,
+    ) -> Receipt:
+        """``execute`` for async code: the same checks and outcomes; ``executor`` may be an
+        ``async def`` (awaited on the loop) or a plain function (run on a worker thread)."""
+        spec = _spec(effect_key, effect, lease, reconcile, approval_id)
+        return (await self.arun(action, executor, spec))[1]
+
+    async def arun(
+        self, action: Action, executor: Callable[..., Any], spec: CallSpec
+    ) -> tuple[Any, Receipt]:
+        """``run`` for async code. Store work runs on worker threads behind this Control's own
+        limiter (``async_workers``); the outcome is recorded even when the call is cancelled,
+        and the cancellation then propagates. See ``runtime.aio``."""
+        from ctrlrun.runtime.aio import run_async
+
+        return await run_async(self, action, executor, spec)
+
+    def _store_threads(self) -> ThreadPoolExecutor:
+        """The async path's own store threads (``async_workers`` of them), made at first use;
+        each holds its own store connection."""
+        with self._threads_lock:
+            if self._threads is None:
+                self._threads = ThreadPoolExecutor(self.async_workers, "ctrlrun-store")
+            return self._threads
+
+    # --- normalize and decide -------------------------------------------------------------
+
+    def _begin(self, action: Action, spec: CallSpec) -> tuple[InFlight, Started]:
+        """Every step before the executor: normalize, decide, ask for approval, reserve (the
+        first transaction). Raises the refusal, recorded with its receipt."""
+        action = normalized(self.policy, action)
         started_at = self._clock()
         entry = self.policy.entry(action.name)
         key = self._effect_key(action, entry, spec, started_at)
@@ -139,7 +197,7 @@ class Control:
             self.policy.policy_hash,
             evaluation.controls,
         )
-        call = _Call(
+        call = InFlight(
             action, verdict, key, started_at, (proposed(action), evaluated(action, verdict, key))
         )
         if evaluation.decision is Decision.DENY:
@@ -155,10 +213,7 @@ class Control:
             approval_id = spec.approval_id or current_approval()
             if approval_id is None:
                 self._request_approval(call)
-        started = self._start(call, approval_id, entry, spec)
-        return self._execute(call, executor, started)
-
-    # --- normalize and decide -------------------------------------------------------------
+        return call, self._start(call, approval_id, entry, spec)
 
     def _effect_key(
         self, action: Action, entry: ActionPolicy | None, spec: CallSpec, now: datetime
@@ -174,10 +229,10 @@ class Control:
             exc.action_id = action.action_id
             cited = entry.controls if entry is not None else ()
             verdict = Verdict("deny", "effect_key_error", self.policy.policy_hash, cited)
-            call = _Call(action, verdict, None, now, (proposed(action),))
+            call = InFlight(action, verdict, None, now, (proposed(action),))
             self._refuse(call, exc, ReceiptResult.DENIED, _denied_event(call, exc))
 
-    def _request_approval(self, call: _Call) -> NoReturn:
+    def _request_approval(self, call: InFlight) -> NoReturn:
         draft = ApprovalRequestDraft(
             approval_id=new_id("apr"),
             action=call.action.to_dict(),
@@ -197,7 +252,7 @@ class Control:
     # --- reserve --------------------------------------------------------------------------
 
     def _start(
-        self, call: _Call, approval_id: str | None, entry: ActionPolicy | None, spec: CallSpec
+        self, call: InFlight, approval_id: str | None, entry: ActionPolicy | None, spec: CallSpec
     ) -> Started:
         request = StartRequest(
             action_id=call.action.action_id,
@@ -226,7 +281,7 @@ class Control:
         except Refused as exc:
             self._refuse_start(call, exc)
 
-    def _refuse_start(self, call: _Call, exc: Refused) -> NoReturn:
+    def _refuse_start(self, call: InFlight, exc: Refused) -> NoReturn:
         result = ReceiptResult.BLOCKED
         approval_id = None
         if isinstance(exc, ApprovalMismatch):
@@ -235,14 +290,28 @@ class Control:
         elif isinstance(exc, ActionDenied) and exc.reason is DenyReason.APPROVAL_DENIED:
             self._refuse(call, exc, ReceiptResult.DENIED, _denied_event(call, exc))
         else:
+            if isinstance(exc, AlreadyCommitted) and exc.receipt_id is None:
+                exc.receipt_id = self._committed_receipt(exc.effect_key)
             kind, data = EventType.EFFECT_RESERVATION_REFUSED, {"reason": str(exc.reason)}
             if isinstance(exc, DuplicateEffect):
                 data["state"] = str(exc.state)
         event = EventDraft(kind, call.action.action_id, call.effect_key, approval_id, data)
         self._refuse(call, exc, result, event)
 
+    def _committed_receipt(self, effect_key: str) -> str | None:
+        """The receipt of the attempt that committed ``effect_key`` (a read on the refusal path
+        only), so an idempotent replay can point at it."""
+        record = self.store.get_effect(effect_key)
+        if record is None:
+            return None
+        for receipt in reversed(self.store.receipts(record.action_id)):
+            document = receipt.document
+            if document.get("effect_key") == effect_key and document.get("result") == "committed":
+                return receipt.receipt_id
+        return None
+
     def _refuse(
-        self, call: _Call, exc: Refused, result: ReceiptResult, event: EventDraft
+        self, call: InFlight, exc: Refused, result: ReceiptResult, event: EventDraft
     ) -> NoReturn:
         """Record the refusal (events + receipt, one transaction), then raise it."""
         now = self._clock()
@@ -263,7 +332,7 @@ class Control:
     # --- execute and record ---------------------------------------------------------------
 
     def _execute(
-        self, call: _Call, executor: Callable[..., Any], started: Started
+        self, call: InFlight, executor: Callable[..., Any], started: Started
     ) -> tuple[Any, Receipt]:
         reservation = started.reservation
         attempt = reservation.attempt if reservation is not None else None
@@ -279,11 +348,30 @@ class Control:
         except BaseException as exc:
             self._finish(call, started, EffectState.AMBIGUOUS, None, exc)
             raise
+        if inspect.isawaitable(value):
+            self._refuse_awaitable(call, started, value)
         return value, self._finish(call, started, EffectState.COMMITTED, value, None)
+
+    def _refuse_awaitable(
+        self, call: InFlight, started: Started, value: Awaitable[Any]
+    ) -> NoReturn:
+        """A sync call got an awaitable back: the work has not happened (a coroutine never
+        started, closed here: FAILED) or is running unobserved (anything else: AMBIGUOUS).
+        Never COMMITTED: that would spend the key on work nobody awaited."""
+        error = InvalidArgument(
+            f"{call.action.name}: the executor returned an awaitable; protect an async function"
+            " with an async caller (await it, or use Control.arun)"
+        )
+        if inspect.iscoroutine(value):
+            value.close()
+            self._finish(call, started, EffectState.FAILED, None, error)
+        else:
+            self._finish(call, started, EffectState.AMBIGUOUS, None, error)
+        raise error
 
     def _finish(
         self,
-        call: _Call,
+        call: InFlight,
         started: Started,
         outcome: EffectState,
         value: Any,
@@ -325,7 +413,7 @@ class Control:
 
     def _outcome_refused(
         self,
-        call: _Call,
+        call: InFlight,
         *,
         started: Started,
         outcome: EffectState,
@@ -359,7 +447,7 @@ class Control:
 
     def _draft(
         self,
-        call: _Call,
+        call: InFlight,
         started: Started,
         result: ReceiptResult,
         error: str | None,
@@ -390,7 +478,7 @@ _OUTCOME_EVENTS = {
 _OUTCOME_RESULTS = {state: ReceiptResult(state.value) for state in _OUTCOME_EVENTS}
 
 
-def _denied_event(call: _Call, exc: ActionDenied) -> EventDraft:
+def _denied_event(call: InFlight, exc: ActionDenied) -> EventDraft:
     return EventDraft(
         EventType.ACTION_DENIED,
         call.action.action_id,
@@ -403,7 +491,7 @@ def _spec(
     effect_key: str | None,
     effect: str | Template | None,
     lease: timedelta | None,
-    reconcile: Reconcile | None,
+    reconcile: Callable[..., Any] | None,
     approval_id: str | None,
 ) -> CallSpec:
     if effect_key is not None and (not isinstance(effect_key, str) or not effect_key):

@@ -2,8 +2,11 @@
 
 Each call binds its arguments (defaults applied) into an ``Action`` for the current principal
 and runs it through ``Control``; the function itself is the executor and receives the canonical
-arguments, never the caller's objects. Templates and signatures are checked when the decorator
-is applied, so a typo fails at import time, not at the first refund.
+arguments, never the caller's objects (except parameters excluded from the action, such as
+``self`` or an injected client, which it receives as given). An ``async def`` becomes an
+``async def`` whose coroutine is awaited inside the guard (``Control.arun``). Templates and
+signatures are checked when the decorator is applied, so a typo fails at import time, not at
+the first refund.
 """
 
 from __future__ import annotations
@@ -12,16 +15,17 @@ import functools
 import inspect
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any, ParamSpec, TypeVar
 
 from ctrlrun._time import check_positive
-from ctrlrun.errors import ActionDenied, DenyReason, EffectKeyError, InvalidArgument
-from ctrlrun.kernel.action import Action, check_action_name
+from ctrlrun.errors import ActionDenied, DenyReason, InvalidArgument
+from ctrlrun.kernel.action import Action, Principal, check_action_name
 from ctrlrun.kernel.template import RESOURCE, Template
 from ctrlrun.runtime.context import current_principal
 from ctrlrun.runtime.control import CallSpec, Control
+from ctrlrun.runtime.normalize import build_action
 from ctrlrun.runtime.reconcile import Reconcile
 
 log = logging.getLogger("ctrlrun")
@@ -57,14 +61,19 @@ def protect(
     lease: timedelta | None = None,
     reconcile: Reconcile | None = None,
     control: Control | None = None,
+    exclude: Iterable[str] = (),
 ) -> Callable[[Callable[P, R]], Callable[P, R]]:
-    """Protect a function as action ``name``.
+    """Protect a function (plain or ``async def``) as action ``name``.
 
     ``effect`` is the effect-key template (``"refund:{payment_id}"``; the policy's ``effect``
     applies when omitted), ``resource`` a template for the action's resource, ``lease`` how long
-    an attempt may hold the key, ``reconcile`` a hook consulted when the key is AMBIGUOUS, and
-    ``control`` the ``Control`` to use (default: ``Control.from_file()``, built lazily).
-    Raises ``InvalidArgument`` at decoration for a bad name, template, lease or signature.
+    an attempt may hold the key, ``reconcile`` a hook consulted when the key is AMBIGUOUS (it
+    may be ``async def`` for an async function), ``control`` the ``Control`` to use (default:
+    ``Control.from_file()``, built lazily), and ``exclude`` parameters that are not part of the
+    action (a client, a session): passed to the function as given, never hashed nor recorded.
+    A first parameter named ``self`` or ``cls`` is excluded automatically.
+    Raises ``InvalidArgument`` at decoration for a bad name, template, lease or signature, for
+    a generator function, and for an async reconcile hook on a plain function.
     """
     check_action_name(name)
     effect_t = Template.parse(effect) if effect is not None else None
@@ -74,33 +83,101 @@ def protect(
     if lease is not None:
         check_positive(lease, "lease")
 
+    excluded = _excluded(name, exclude)
+
     def decorate(fn: Callable[P, R]) -> Callable[P, R]:
-        bind = _binder(_check_signature(name, fn, effect_t, resource_t))
+        is_async = _check_kind(name, fn, reconcile)
+        signature = _check_signature(name, fn, effect_t, resource_t)
+        skip = _skipped(name, fn, signature, excluded, effect_t, resource_t)
+        bind = _binder(signature)
         spec = CallSpec(effect=effect_t, lease=lease, reconcile=reconcile)  # the same per call
+
+        def prepare(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Control, Action, Any]:
+            principal = _principal(name)
+            arguments = bind(args, kwargs)
+            given = {key: arguments.pop(key) for key in skip if key in arguments}
+            ctl = control or default_control()
+            action = build_action(ctl.policy, name, arguments, principal, resource=resource_t)
+            return ctl, action, functools.partial(fn, **given) if given else fn
+
+        if is_async:
+
+            @functools.wraps(fn)
+            async def aprotected(*args: Any, **kwargs: Any) -> Any:
+                ctl, action, executor = prepare(args, kwargs)
+                value, _ = await ctl.arun(action, executor, spec)
+                return value
+
+            aprotected.__ctrlrun_action__ = name  # type: ignore[attr-defined]
+            return aprotected  # type: ignore[return-value]
 
         @functools.wraps(fn)
         def protected(*args: P.args, **kwargs: P.kwargs) -> R:
-            principal = current_principal()
-            if principal is None:
-                log.warning("ctrlrun: %s called outside ctrlrun.context(...): denied", name)
-                raise ActionDenied(
-                    f"{name}: no principal (call it inside ctrlrun.context(agent=...))",
-                    reason=DenyReason.NO_PRINCIPAL,
-                )
-            arguments = bind(args, kwargs)
-            ctl = control or default_control()
-            entry = ctl.policy.entry(name)
-            template = resource_t or (entry.resource if entry is not None else None)
-            action = Action(
-                name, arguments, principal, resource=_render_resource(template, arguments)
-            )
-            value, _ = ctl.run(action, fn, spec)
+            ctl, action, executor = prepare(args, kwargs)
+            value, _ = ctl.run(action, executor, spec)
             return value  # type: ignore[no-any-return]
 
         protected.__ctrlrun_action__ = name  # type: ignore[attr-defined]
         return protected
 
     return decorate
+
+
+def _principal(name: str) -> Principal:
+    principal = current_principal()
+    if principal is not None:
+        return principal
+    log.warning("ctrlrun: %s called outside ctrlrun.context(...): denied", name)
+    hint = "call it inside ctrlrun.context(agent=...)"
+    if threading.current_thread() is not threading.main_thread():
+        hint += (
+            "; this thread did not inherit the caller's context: start it with"
+            " asyncio.to_thread(...) or contextvars.copy_context().run(...)"
+        )
+    raise ActionDenied(f"{name}: no principal ({hint})", reason=DenyReason.NO_PRINCIPAL)
+
+
+def _check_kind(name: str, fn: Callable[..., Any], reconcile: Reconcile | None) -> bool:
+    """True for an ``async def``; refuses generators, whose body runs after the guard."""
+    if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+        raise InvalidArgument(
+            f"{name}: a generator function cannot be protected (its body runs after the call"
+            " returns, outside the guard); protect a function that returns the result"
+        )
+    is_async = inspect.iscoroutinefunction(fn)
+    if reconcile is not None and inspect.iscoroutinefunction(reconcile) and not is_async:
+        raise InvalidArgument(f"{name}: an async reconcile hook needs an async protected function")
+    return is_async
+
+
+def _excluded(name: str, exclude: Iterable[str]) -> frozenset[str]:
+    if isinstance(exclude, str):
+        raise InvalidArgument(f"{name}: exclude takes a tuple of names, got the string {exclude!r}")
+    return frozenset(exclude)
+
+
+def _skipped(
+    name: str,
+    fn: Callable[..., Any],
+    signature: inspect.Signature,
+    excluded: frozenset[str],
+    *templates: Template | None,
+) -> frozenset[str]:
+    """The parameters left out of the action: ``exclude`` plus a leading ``self``/``cls``."""
+    parameters = list(signature.parameters)
+    skip = set(excluded)
+    if parameters and parameters[0] in ("self", "cls"):
+        skip.add(parameters[0])
+    for key in sorted(excluded - set(parameters)):
+        raise InvalidArgument(
+            f"{name}: exclude names {key!r}, not a parameter of {fn.__qualname__}"
+        )
+    used = {p for t in templates if t is not None for p in t.placeholders}
+    for key in sorted(skip & used):
+        raise InvalidArgument(
+            f"{name}: {key!r} is excluded from the action, so a template cannot name it"
+        )
+    return frozenset(skip)
 
 
 def _check_signature(
@@ -165,12 +242,3 @@ def _binder(
         return arguments if len(arguments) == len(known) else slow(args, kwargs)
 
     return bind
-
-
-def _render_resource(template: Template | None, arguments: dict[str, Any]) -> str | None:
-    if template is None:
-        return None
-    try:
-        return template.render(arguments)
-    except EffectKeyError as exc:
-        raise InvalidArgument(f"resource: {exc}") from exc

@@ -140,7 +140,8 @@ def describe(exc: BaseException) -> str:
         text = str(exc)
     except Exception:  # a broken __str__ must not cost the evidence
         text = "<unprintable>"
-    return safe_text(f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
+    name = getattr(exc, "_evidence_name", None) or type(exc).__name__
+    return safe_text(f"{name}: {text}" if text else name)
 
 
 def proposed(action: Action) -> EventDraft:

@@ -1,10 +1,13 @@
 """Reconcile hooks: asking the world whether an AMBIGUOUS effect happened.
 
-A hook is ``(effect_key) -> "committed" | "not_executed" | "unknown"``. It is consulted at most
-once per call, when an AMBIGUOUS record refuses a new reservation. ``committed`` and
-``not_executed`` resolve the record (to COMMITTED / FAILED) on the hook's word — only the
-attempt that was AMBIGUOUS when the hook was asked; ``unknown``, a hook that raises an
-``Exception``, or any other answer changes nothing.
+A hook is ``(effect_key) -> "committed" | "not_executed" | "unknown"``; a hook that also takes
+keyword parameters ``attempt`` and/or ``idempotency_token`` is given the AMBIGUOUS attempt and
+the token its executor was handed, so it can ask the provider about exactly that attempt. For
+async protected functions the hook may be an ``async def``. It is consulted at most once per
+call, when an AMBIGUOUS record refuses a new reservation. ``committed`` and ``not_executed``
+resolve the record (to COMMITTED / FAILED) on the hook's word — only the attempt that was
+AMBIGUOUS when the hook was asked; ``unknown``, a hook that raises an ``Exception``, or any
+other answer changes nothing.
 
 The reconciliation's two events never travel in a transaction of their own: they go with the
 resolution, or, when nothing was resolved, with the call's next transaction (its reservation or
@@ -14,6 +17,7 @@ re-read after a lost COMMIT can recognise (docs/decisions/0008-reconcile-evidenc
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,25 +25,54 @@ from typing import Any, Final, Literal
 
 from ctrlrun.errors import InvalidArgument, Refused
 from ctrlrun.kernel.action import Action
-from ctrlrun.kernel.effect import EffectState
+from ctrlrun.kernel.effect import EffectState, idempotency_token_for
 from ctrlrun.kernel.event import EventDraft, EventType
 from ctrlrun.runtime.receipts import describe
 
 log = logging.getLogger("ctrlrun")
 
 ReconcileOutcome = Literal["committed", "not_executed", "unknown"]
-Reconcile = Callable[[str], ReconcileOutcome | str]
+Reconcile = Callable[..., Any]  # (effect_key, [attempt=, idempotency_token=]) -> outcome
+
+_EXTRAS: Final = ("attempt", "idempotency_token")
+
+
+def hook_keywords(hook: Reconcile) -> frozenset[str]:
+    """Which of ``attempt`` / ``idempotency_token`` the hook accepts as keywords."""
+    try:
+        parameters = inspect.signature(hook).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: the effect key only
+        return frozenset()
+    if any(p.kind is p.VAR_KEYWORD for p in parameters):
+        return frozenset(_EXTRAS)
+    return frozenset(
+        p.name for p in parameters if p.name in _EXTRAS and p.kind is not p.POSITIONAL_ONLY
+    )
+
 
 _TARGETS: Final = {"committed": EffectState.COMMITTED, "not_executed": EffectState.FAILED}
 
 
-def ask(hook: Reconcile, effect_key: str) -> tuple[str, dict[str, Any]]:
+def ask(hook: Reconcile, effect_key: str, attempt: int | None) -> tuple[str, dict[str, Any]]:
     """The hook's answer (``unknown`` unless it gave a valid one) and why."""
+    extras: dict[str, Any] = {}
+    wanted = hook_keywords(hook)
+    if "attempt" in wanted:
+        extras["attempt"] = attempt
+    if "idempotency_token" in wanted:
+        extras["idempotency_token"] = (
+            idempotency_token_for(effect_key, attempt) if attempt is not None else None
+        )
     try:
-        answer = hook(effect_key)
+        answer = hook(effect_key, **extras)
     except Exception as exc:  # a broken hook is an unknown, never a verdict
         log.warning("ctrlrun: reconcile hook for %s raised: %s", effect_key, exc)
         return "unknown", {"reason": "raised", "error": describe(exc)}
+    if inspect.isawaitable(answer):  # an async hook on a sync call: never awaited, no verdict
+        if inspect.iscoroutine(answer):
+            answer.close()
+        log.warning("ctrlrun: async reconcile hook for %s on a sync call", effect_key)
+        return "unknown", {"reason": "async_hook_on_sync_call"}
     if answer in ("committed", "not_executed", "unknown"):
         return str(answer), {}
     log.warning("ctrlrun: reconcile hook for %s returned %r", effect_key, answer)
@@ -67,7 +100,7 @@ def reconcile_blocked(store: Any, action: Action, effect_key: str, hook: Reconci
     """
     before = store.get_effect(effect_key)
     asked = before.attempt if before is not None else None
-    answer, detail = ask(hook, effect_key)
+    answer, detail = ask(hook, effect_key, asked)
     events = (
         EventDraft(
             EventType.RECONCILIATION_STARTED,

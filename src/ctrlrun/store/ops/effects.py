@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ctrlrun.errors import DuplicateEffect, DuplicateState, Refused
+from ctrlrun.errors import InProgress, Refused
 from ctrlrun.kernel.effect import (
     LEASE_EXPIRED_ERROR,
     EffectRecord,
@@ -67,9 +67,8 @@ def reserve_in_txn(
         )
     if plan.refusal is not None:
         _refuse(txn, plan.ambiguate, plan.refusal, effect_key, action_id)
-    raise DuplicateEffect(
+    raise InProgress(
         f"effect {effect_key!r} changed under a concurrent writer twice; refusing",
-        state=DuplicateState.IN_PROGRESS,
         effect_key=effect_key,
     )
 
@@ -309,9 +308,8 @@ def resolve_effect_in_txn(
     return moved
 
 
-def _lost_race(effect_key: str) -> DuplicateEffect:
-    return DuplicateEffect(
+def _lost_race(effect_key: str) -> InProgress:
+    return InProgress(
         f"effect {effect_key!r} changed under a concurrent writer",
-        state=DuplicateState.IN_PROGRESS,
         effect_key=effect_key,
     )

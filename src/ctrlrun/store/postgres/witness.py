@@ -46,8 +46,7 @@ from ctrlrun.errors import (
     AmbiguousWrite,
     ApprovalMismatch,
     CtrlrunError,
-    DuplicateEffect,
-    DuplicateState,
+    InProgress,
     MismatchReason,
     WriteFailed,
 )
@@ -354,7 +353,7 @@ def refusal(evidence: Evidence, row: Row | None, now: datetime, read_ts: Any) ->
 
     The effect's own planner decides (a reservation: ``plan_reservation``; a transition:
     ``plan_transition``); if it would let the write proceed, the answer is still a refusal
-    (``DuplicateEffect(in_progress)``): recovery re-issues only what it proved did not land.
+    (``InProgress``): recovery re-issues only what it proved did not land.
     One exception: a folded reservation only ever inserts attempt 1 on an absent key, so a
     record the planner would renew (FAILED) holds no live attempt of ours — if ours landed, it
     was moved on and never executed. That answer is ``WriteFailed(CR001)``, as if the guard
@@ -382,9 +381,8 @@ def refusal(evidence: Evidence, row: Row | None, now: datetime, read_ts: Any) ->
             found = plan.refusal
             if found is None and write.query == "effect_reserve_folded":
                 return _not_ours(key)
-        return found or DuplicateEffect(
+        return found or InProgress(
             f"effect {key!r} changed under a concurrent writer while a COMMIT went unanswered",
-            state=DuplicateState.IN_PROGRESS,
             effect_key=key,
         )
     if write.query in {"approval_answer", "approval_consume"}:

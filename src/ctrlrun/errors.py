@@ -89,6 +89,13 @@ class CtrlrunError(Exception):
         return out
 
 
+def evidence_name(exc: BaseException) -> str:
+    """The class name stored in evidence (receipts, reports). Subclasses added after receipts
+    existed (``AlreadyCommitted``, ``InProgress``) keep their base's name, so stored bytes and
+    reports stay comparable."""
+    return getattr(exc, "_evidence_name", None) or type(exc).__name__
+
+
 def _clip(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 

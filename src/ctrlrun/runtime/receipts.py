@@ -8,6 +8,7 @@ from typing import Any, Final
 
 from ctrlrun._time import encode_receipt_instant
 from ctrlrun.canonical import new_id, plain_text, string_text
+from ctrlrun.errors import evidence_name
 from ctrlrun.kernel.action import Action
 from ctrlrun.kernel.event import EventDraft, EventType
 from ctrlrun.kernel.receipt import RECEIPT_SCHEMA, ReceiptDraft, ReceiptResult
@@ -140,7 +141,7 @@ def describe(exc: BaseException) -> str:
         text = str(exc)
     except Exception:  # a broken __str__ must not cost the evidence
         text = "<unprintable>"
-    name = getattr(exc, "_evidence_name", None) or type(exc).__name__
+    name = evidence_name(exc)
     return safe_text(f"{name}: {text}" if text else name)
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import ctrlrun
 from ctrlrun._rendezvous import arrive, mark_once, worker_payload, worker_reply
-from ctrlrun.errors import Refused
+from ctrlrun.errors import Refused, evidence_name
 from ctrlrun.kernel.effect import EffectState
 from ctrlrun.store import open_store
 from ctrlrun.store.protocol import StartRequest, StateStore
@@ -37,7 +37,7 @@ def attempt(payload: dict[str, Any], store: StateStore, out: dict[str, Any]) -> 
         started = store.start_action(request)
     except Refused as exc:
         detail = getattr(exc, "state", None) or exc.reason
-        out["outcome"] = f"refused:{type(exc).__name__}:{detail}"
+        out["outcome"] = f"refused:{evidence_name(exc)}:{detail}"
         return
     out["outcome"] = "won"
     remote = Path(payload["remote"])

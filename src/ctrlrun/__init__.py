@@ -20,6 +20,7 @@ from ctrlrun._version import __version__
 from ctrlrun.canonical import canonical_bytes
 from ctrlrun.errors import (
     ActionDenied,
+    AlreadyCommitted,
     AmbiguityReason,
     AmbiguousEffect,
     AmbiguousWrite,
@@ -33,6 +34,7 @@ from ctrlrun.errors import (
     DuplicateEffect,
     DuplicateState,
     EffectKeyError,
+    InProgress,
     InvalidArgument,
     MergeConflict,
     MismatchReason,
@@ -63,6 +65,7 @@ from ctrlrun.store.sqlite import SQLiteStateStore
 __all__ = [
     "Action",
     "ActionDenied",
+    "AlreadyCommitted",
     "AmbiguityReason",
     "AmbiguousEffect",
     "AmbiguousWrite",
@@ -86,6 +89,7 @@ __all__ = [
     "EffectState",
     "Event",
     "EventType",
+    "InProgress",
     "InvalidArgument",
     "JSONLSink",
     "MergeConflict",

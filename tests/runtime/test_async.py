@@ -465,3 +465,25 @@ class TestModelText:
             text = refusal.for_model()
             assert (0 < len(text) <= 200 and "Do not retry" in text) or "Do not repeat" in text
         assert NotExecuted("refused by the bank").for_model().endswith("refused by the bank")
+
+
+class TestApprovalInTasks:
+    def test_with_approval_is_presented_from_inside_a_coroutine(self, control, store):
+        ran = []
+
+        @ctrlrun.protect("stripe.refund", control=control)
+        async def refund(payment_id: str, amount: int):
+            ran.append(amount)
+            return "refunded"
+
+        with pytest.raises(ctrlrun.ApprovalRequired) as needed:
+            run(refund, "pay_big", 200_000)
+        store.grant_approval(needed.value.request_id, "bob")
+
+        async def approved():
+            with ctrlrun.with_approval(needed.value.request_id):
+                return await asyncio.create_task(refund("pay_big", 200_000))
+
+        assert run(approved) == "refunded" and ran == [200_000]
+        [receipt] = [r for r in store.receipts() if r["result"] == "committed"]
+        assert receipt["approval_id"] == needed.value.request_id

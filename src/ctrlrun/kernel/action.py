@@ -23,6 +23,7 @@ from ctrlrun.canonical import (
     string_text,
 )
 from ctrlrun.errors import InvalidArgument
+from ctrlrun.kernel.text import check_label, check_optional_label
 
 ACTION_SCHEMA: Final = "ctrlrun.action/v1"
 DEFAULT_ENVIRONMENT: Final = "production"
@@ -57,8 +58,8 @@ class Principal:
     user: str | None = None
 
     def __post_init__(self) -> None:
-        _non_empty(self.agent, "principal agent")
-        _non_empty(self.user, "principal user", optional=True)
+        check_label(self.agent, "principal agent")
+        check_optional_label(self.user, "principal user")
 
     def to_dict(self) -> dict[str, str | None]:
         """The principal as it appears in the canonical form and on receipts."""
@@ -145,7 +146,7 @@ class Action:
             raise InvalidArgument(f"arguments must be a mapping, got {type(arguments).__name__}")
         self.name = check_action_name(name)
         self.principal = principal
-        self.resource = _non_empty(resource, "resource", optional=True)
+        self.resource = check_optional_label(resource, "resource")
         self.environment = _non_empty(environment, "environment") or DEFAULT_ENVIRONMENT
         if action_id is None:
             action_id = new_id("act")

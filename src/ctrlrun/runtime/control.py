@@ -43,6 +43,7 @@ from ctrlrun.kernel.event import EventDraft, EventType
 from ctrlrun.kernel.policy import ActionPolicy, Decision, Policy
 from ctrlrun.kernel.receipt import Receipt, ReceiptDraft, ReceiptResult
 from ctrlrun.kernel.template import Template
+from ctrlrun.kernel.text import check_label
 from ctrlrun.runtime.context import current_approval, hold, release
 from ctrlrun.runtime.normalize import normalized
 from ctrlrun.runtime.receipts import Verdict, describe, evaluated, proposed, receipt_draft
@@ -219,12 +220,13 @@ class Control:
         self, action: Action, entry: ActionPolicy | None, spec: CallSpec, now: datetime
     ) -> str | None:
         if spec.effect_key is not None:
-            return spec.effect_key
+            return check_label(spec.effect_key, "effect_key")
         template = spec.effect or (entry.effect if entry is not None else None)
         if template is None:
             return None
         try:
-            return template.render(action.plain_arguments, action.resource)  # reads only
+            key = template.render(action.plain_arguments, action.resource)  # reads only
+            return check_label(key, "effect key")  # bad input: refused before any write
         except EffectKeyError as exc:
             exc.action_id = action.action_id
             cited = entry.controls if entry is not None else ()
@@ -494,8 +496,8 @@ def _spec(
     reconcile: Callable[..., Any] | None,
     approval_id: str | None,
 ) -> CallSpec:
-    if effect_key is not None and (not isinstance(effect_key, str) or not effect_key):
-        raise InvalidArgument(f"effect_key must be a non-empty string, got {effect_key!r}")
+    if effect_key is not None:
+        check_label(effect_key, "effect_key")
     template = Template.parse(effect) if isinstance(effect, str) else effect
     if lease is not None:
         check_positive(lease, "lease")

@@ -25,6 +25,12 @@ from ctrlrun.errors import InvalidArgument
 
 GENESIS_HASH: Final = "sha256:" + "00" * 32
 
+MAX_DEPTH: Final = 32
+"""How deeply containers may nest in canonical data (a cycle is reported as too deep)."""
+MAX_INT_DIGITS: Final = 640
+"""The most decimal digits an integer may have (Python refuses to print past 4,300)."""
+_INT_LIMIT: Final = 10**MAX_INT_DIGITS
+
 _ENCODER: Final = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
 )
@@ -46,35 +52,51 @@ _C_ENCODER: Final[Callable[[Any, int], list[str]] | None] = (
 )
 
 
-def is_plain(value: Any) -> bool:
+def is_plain(value: Any, depth: int = 0) -> bool:
     """True iff ``value`` is already plain JSON data: ``dict`` with ``str`` keys, ``list``,
-    ``tuple``, ``str``, ``int``, ``bool``, ``None`` — exact types, no floats, at any depth.
+    ``tuple``, ``str``, ``int`` (within ``MAX_INT_DIGITS``), ``bool``, ``None`` — exact types,
+    no floats, nested at most ``MAX_DEPTH`` deep.
 
-    The fast path: a walk that allocates nothing. Anything else goes through ``plain``.
+    The fast path: a walk that allocates nothing. Anything else goes through ``plain``, which
+    says what is wrong.
     """
     kind = type(value)
-    if kind is str or kind is int or kind is bool or value is None:
+    if kind is str or kind is bool or value is None:
         return True
+    if kind is int:
+        return bool(-_INT_LIMIT < value < _INT_LIMIT)
+    if depth >= MAX_DEPTH:
+        return False
     if kind is dict:
-        for key, item in value.items():  # noqa: SIM110 - a plain loop is faster on the hot path
-            if type(key) is not str or not is_plain(item):
+        for key, item in value.items():
+            if type(key) is not str or not is_plain(item, depth + 1):
                 return False
         return True
     if kind is list or kind is tuple:
-        return all(is_plain(item) for item in value)
+        return all(is_plain(item, depth + 1) for item in value)
     return False
 
 
-def plain(value: Any, path: str = "$") -> Any:
+def plain(value: Any, path: str = "$", depth: int = 0) -> Any:
     """``value`` as plain JSON data (dict, list, str, int, bool, None), validated in one walk.
 
-    Raises ``InvalidArgument`` naming the path of the first value that has no canonical form.
+    Raises ``InvalidArgument`` naming the path of the first value that has no canonical form,
+    nests deeper than ``MAX_DEPTH`` (a cycle included), or is an integer of more than
+    ``MAX_INT_DIGITS`` digits.
     """
     kind = type(value)
-    if kind is str:
+    if kind is str or kind is bool or value is None:
         return value
-    if kind is int or kind is bool or value is None:
+    if isinstance(value, int) and not -_INT_LIMIT < value < _INT_LIMIT:
+        raise InvalidArgument(
+            f"{path}: integer of more than {MAX_INT_DIGITS} digits refused", path=path
+        )
+    if kind is int:
         return value
+    if depth >= MAX_DEPTH and isinstance(value, Mapping | list | tuple):
+        raise InvalidArgument(
+            f"{path}: nested deeper than {MAX_DEPTH} levels (or a cycle)", path=path
+        )
     if isinstance(value, Mapping):
         out: dict[str, Any] = {}
         for key, item in value.items():
@@ -82,10 +104,10 @@ def plain(value: Any, path: str = "$") -> Any:
                 raise InvalidArgument(
                     f"{path}: key {key!r} is a {type(key).__name__}; keys must be str", path=path
                 )
-            out[str.__str__(key)] = plain(item, f"{path}.{key}")
+            out[str.__str__(key)] = plain(item, f"{path}.{key}", depth + 1)
         return out
     if isinstance(value, list | tuple):
-        return [plain(item, f"{path}[{index}]") for index, item in enumerate(value)]
+        return [plain(item, f"{path}[{index}]", depth + 1) for index, item in enumerate(value)]
     if isinstance(value, float):
         raise InvalidArgument(
             f"{path}: float {value!r} refused; use integer minor units or a decimal string",

@@ -25,7 +25,11 @@ settings.load_profile("ctrlrun")
 # Unicode text without lone surrogates (those are refused, tested below), including
 # control characters, DEL, the line separators and astral characters.
 texts = st.text(st.characters(exclude_categories=("Cs",)), max_size=12)
-names = st.text(st.characters(exclude_categories=("Cs", "Cc", "Zl", "Zp")), min_size=1, max_size=8)
+# names a person can read (kernel/text.py): no control, format or separator characters, no
+# surrounding whitespace
+names = st.text(
+    st.characters(exclude_categories=("Cs", "Cc", "Cf", "Zl", "Zp")), min_size=1, max_size=8
+).filter(lambda text: text == text.strip())
 values = st.recursive(
     st.none() | st.booleans() | st.integers() | texts,
     lambda children: st.lists(children, max_size=3) | st.dictionaries(texts, children, max_size=3),

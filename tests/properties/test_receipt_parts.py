@@ -17,9 +17,11 @@ settings.register_profile("ctrlrun", derandomize=True, max_examples=200, deadlin
 settings.load_profile("ctrlrun")
 
 texts = st.text(st.characters(exclude_categories=("Cs",)), max_size=12)
+# names a person can read (kernel/text.py): no control, format or separator characters, no
+# surrounding whitespace
 lines = st.text(
-    st.characters(exclude_categories=("Cs", "Cc", "Zl", "Zp")), min_size=1, max_size=8
-).filter(lambda t: bool(t.strip()))
+    st.characters(exclude_categories=("Cs", "Cc", "Cf", "Zl", "Zp")), min_size=1, max_size=8
+).filter(lambda t: bool(t.strip()) and t == t.strip())
 arguments = st.dictionaries(texts, st.none() | st.booleans() | st.integers() | texts, max_size=4)
 instants = st.datetimes(
     min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(UTC)

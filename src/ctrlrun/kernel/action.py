@@ -17,6 +17,7 @@ from typing import Any, Final
 from ctrlrun.canonical import (
     canonical_bytes,
     canonical_text,
+    is_plain,
     new_id,
     plain_text,
     sha256_hex,
@@ -82,6 +83,8 @@ def _flat_copy(arguments: Mapping[str, Any]) -> dict[str, Any] | None:
         return None
     for key, value in arguments.items():
         if type(key) is not str or type(value) not in _SCALARS:
+            return None
+        if type(value) is int and not is_plain(value):  # too many digits: the walk says so
             return None
     return dict(sorted(arguments.items()))
 

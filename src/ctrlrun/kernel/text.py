@@ -14,7 +14,8 @@ from typing import Final
 
 from ctrlrun.errors import InvalidArgument
 
-REFUSED_CATEGORIES: Final = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+REFUSED_CATEGORIES: Final = frozenset({"Cc", "Cf", "Zl", "Zp"})  # lone surrogates (Cs): the
+# canonical encoder refuses them, naming where they are
 
 
 def check_label(value: object, what: str) -> str:

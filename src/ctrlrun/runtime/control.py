@@ -53,6 +53,8 @@ from ctrlrun.store.protocol import FinishRequest, Started, StartRequest, StateSt
 
 log = logging.getLogger("ctrlrun")
 
+DEFAULT_MAX_ARGUMENT_BYTES = 1 << 20  # 1 MiB of canonical arguments per call
+
 
 @dataclass(frozen=True, slots=True)
 class CallSpec:
@@ -81,7 +83,9 @@ class Control:
 
     ``lease`` bounds how long an attempt may hold its effect key before a contender finds it
     lapsed (and AMBIGUOUS); ``clock`` stamps receipts; ``sinks`` receive every receipt after the
-    store has it and can never fail an action.
+    store has it and can never fail an action; ``async_workers`` is how many store threads the
+    async path uses; ``max_argument_bytes`` caps one call's canonical arguments (a larger call
+    is refused with ``InvalidArgument`` before anything is written).
     """
 
     def __init__(
@@ -94,9 +98,15 @@ class Control:
         approval_ttl: timedelta = DEFAULT_APPROVAL_TTL,
         sinks: Sequence[Sink] = (),
         async_workers: int = 8,
+        max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES,
     ) -> None:
         if not isinstance(async_workers, int) or async_workers < 1:
             raise InvalidArgument(f"async_workers must be a positive int, got {async_workers!r}")
+        if not isinstance(max_argument_bytes, int) or max_argument_bytes < 1:
+            raise InvalidArgument(
+                f"max_argument_bytes must be a positive int, got {max_argument_bytes!r}"
+            )
+        self.max_argument_bytes = max_argument_bytes
         self.policy = policy
         self.store = store
         self.lease = check_positive(lease, "lease")
@@ -174,6 +184,20 @@ class Control:
 
         return await run_async(self, action, executor, spec)
 
+    def _check_size(self, action: Action) -> None:
+        """``InvalidArgument`` before any write if the canonical arguments are over the limit
+        (a UTF-8 character is at most 4 bytes: most calls never encode to know)."""
+        text = action.arguments_text
+        if len(text) * 4 > self.max_argument_bytes:
+            size = len(text.encode("utf-8"))
+            if size > self.max_argument_bytes:
+                raise InvalidArgument(
+                    f"{action.name}: {size} bytes of canonical arguments exceed the limit of"
+                    f" {self.max_argument_bytes} (Control(max_argument_bytes=...))",
+                    size=size,
+                    limit=self.max_argument_bytes,
+                )
+
     def _store_threads(self) -> ThreadPoolExecutor:
         """The async path's own store threads (``async_workers`` of them), made at first use;
         each holds its own store connection."""
@@ -187,6 +211,7 @@ class Control:
     def _begin(self, action: Action, spec: CallSpec) -> tuple[InFlight, Started]:
         """Every step before the executor: normalize, decide, ask for approval, reserve (the
         first transaction). Raises the refusal, recorded with its receipt."""
+        self._check_size(action)
         action = normalized(self.policy, action)
         started_at = self._clock()
         entry = self.policy.entry(action.name)

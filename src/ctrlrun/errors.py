@@ -421,6 +421,18 @@ class SchemaMismatch(StoreError):
         super().__init__(message, applied=tuple(applied), known=tuple(known), running=running)
 
 
+class StoreNotFound(SchemaMismatch):
+    """There is no ctrlrun store where one was expected (a missing or empty SQLite file, a
+    Postgres schema without ctrlrun's tables), and this open may not create one. Only
+    ``ctrlrun init`` and an explicit ``create=True`` create a store: a store that silently
+    reappeared empty would let a call run again what already ran. ``location`` says where."""
+
+    location: str
+
+    def __init__(self, message: str, *, location: str) -> None:
+        CtrlrunError.__init__(self, message, applied=(), known=(), running="", location=location)
+
+
 class WriteFailed(StoreError):
     """A store write failed before its COMMIT could take effect: nothing was committed.
 

@@ -120,14 +120,16 @@ class Control:
         self._threads_lock = threading.Lock()
 
     @classmethod
-    def from_file(cls, path: str | None = None, **kwargs: Any) -> Control:
+    def from_file(cls, path: str | None = None, *, create: bool = False, **kwargs: Any) -> Control:
         """Policy from ``path``, ``$CTRLRUN_CONFIG`` or ``./ctrlrun.yaml``; store from
-        ``$CTRLRUN_STORE_URL`` or ``.ctrlrun/state.db`` beside the policy."""
+        ``$CTRLRUN_STORE_URL`` or ``.ctrlrun/state.db`` beside the policy. The store must
+        exist (``ctrlrun init`` creates it) unless ``create=True``: a missing or empty one is
+        ``StoreNotFound``, never silently recreated."""
         from ctrlrun.runtime.locate import open_default_store, policy_path
 
         found = policy_path(path)
         policy = Policy.from_file(found)
-        store = kwargs.pop("store", None) or open_default_store(found)
+        store = kwargs.pop("store", None) or open_default_store(found, create=create)
         return cls(policy, store, **kwargs)
 
     # --- entry points ---------------------------------------------------------------------

@@ -72,6 +72,7 @@ class PostgresStateStore(StoreReads):
         schema: str = "public",
         clock: Clock | None = None,
         clock_skew_threshold: timedelta = DEFAULT_THRESHOLD,
+        create: bool = True,
         _migrate: bool = True,
     ) -> None:
         self.schema = check_schema_name(schema)
@@ -81,7 +82,7 @@ class PostgresStateStore(StoreReads):
 
         self._app_clock: Clock = clock or utc_now
         self._writing = _migrate
-        self._engine: Engine = open_engine(url, self.schema, clock, writing=_migrate)
+        self._engine: Engine = open_engine(url, self.schema, clock, writing=_migrate, create=create)
         self._schedule = SkewSchedule()
         self._skew: ClockSkew | None = None
         self._check_skew("open")

@@ -31,6 +31,7 @@ class DenyReason(StrEnum):
     EFFECT_KEY_ERROR = "effect_key_error"
     APPROVAL_DENIED = "approval_denied"
     ATTEMPT_CEILING = "attempt_ceiling"
+    POLICY_UNLOADABLE = "policy_unloadable"
 
 
 class MismatchReason(StrEnum):

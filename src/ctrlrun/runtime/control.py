@@ -48,6 +48,7 @@ from ctrlrun.kernel.template import Template
 from ctrlrun.kernel.text import check_label
 from ctrlrun.runtime.context import current_approval, hold, release
 from ctrlrun.runtime.normalize import normalized
+from ctrlrun.runtime.policy_source import PolicySource
 from ctrlrun.runtime.receipts import Verdict, describe, evaluated, proposed, receipt_draft
 from ctrlrun.runtime.reconcile import Reconcile, reconcile_blocked
 from ctrlrun.runtime.sinks import Sink, emit
@@ -110,6 +111,7 @@ class Control:
             )
         self.max_argument_bytes = max_argument_bytes
         self.policy = policy
+        self._source: PolicySource | None = None  # set by from_file: re-read on change
         self.store = store
         self.lease = check_positive(lease, "lease")
         self.approval_ttl = check_positive(approval_ttl, "approval_ttl")
@@ -130,7 +132,25 @@ class Control:
         found = policy_path(path)
         policy = Policy.from_file(found)
         store = kwargs.pop("store", None) or open_default_store(found, create=create)
-        return cls(policy, store, **kwargs)
+        control = cls(policy, store, **kwargs)
+        control._source = PolicySource(found, policy)
+        return control
+
+    def refresh_policy(self) -> Policy:
+        """The policy to decide with now. A ``Control`` made by ``from_file`` re-reads its
+        file when it changed (one ``stat`` per call); a file that no longer loads denies
+        every call with ``DenyReason.POLICY_UNLOADABLE`` until it loads again."""
+        source = self._source
+        if source is None:
+            return self.policy
+        self.policy = source.refresh()
+        if source.error is not None:
+            raise ActionDenied(
+                f"the policy {source.path} does not load, so every call is denied until it"
+                f" is fixed: {source.error}",
+                reason=DenyReason.POLICY_UNLOADABLE,
+            )
+        return self.policy
 
     # --- entry points ---------------------------------------------------------------------
 
@@ -216,6 +236,7 @@ class Control:
         """Every step before the executor: normalize, decide, ask for approval, reserve (the
         first transaction). Raises the refusal, recorded with its receipt."""
         self._check_size(action)
+        self.refresh_policy()
         action = normalized(self.policy, action)
         started_at = self._clock()
         entry = self.policy.entry(action.name)

@@ -97,7 +97,8 @@ def protect(
             arguments = bind(args, kwargs)
             given = {key: arguments.pop(key) for key in skip if key in arguments}
             ctl = control or default_control()
-            action = build_action(ctl.policy, name, arguments, principal, resource=resource_t)
+            policy = ctl.refresh_policy()  # an edited policy file applies from this call on
+            action = build_action(policy, name, arguments, principal, resource=resource_t)
             return ctl, action, functools.partial(fn, **given) if given else fn
 
         if is_async:

@@ -43,6 +43,7 @@ class MismatchReason(StrEnum):
     EXPIRED = "expired"
     PENDING = "pending"
     ANSWERED = "answered"
+    POLICY_CHANGED = "policy_changed"
 
 
 class DuplicateState(StrEnum):

@@ -85,13 +85,21 @@ def _mismatch(approval_id: str, reason: MismatchReason, detail: str) -> Approval
 
 
 def plan_consume(
-    record: ApprovalRecord | None, *, approval_id: str, action_hash: str, now: datetime
+    record: ApprovalRecord | None,
+    *,
+    approval_id: str,
+    action_hash: str,
+    now: datetime,
+    policy_hash: str | None = None,
 ) -> ApprovalPlan:
-    """May ``approval_id`` authorise an action hashing to ``action_hash`` now?
+    """May ``approval_id`` authorise an action hashing to ``action_hash``, decided under
+    ``policy_hash`` (when given), now?
 
     Checked in this order: unknown → mismatch (before status, so a mutated action leaves the
-    approval granted for the original) → denied (``ActionDenied``) → not granted → expired
-    (the record is written EXPIRED before the refusal is raised).
+    approval granted for the original) → policy changed (a person approved the action under
+    the policy it was requested under; the approval stays granted, unused) → denied
+    (``ActionDenied``) → not granted → expired (the record is written EXPIRED before the
+    refusal is raised).
     """
     if record is None:
         return ApprovalPlan(_mismatch(approval_id, MismatchReason.UNKNOWN, "is unknown"))
@@ -101,6 +109,15 @@ def plan_consume(
                 approval_id,
                 MismatchReason.MISMATCH,
                 f"was granted for {record.action_hash}, not for {action_hash}",
+            )
+        )
+    if policy_hash is not None and record.policy_hash != policy_hash:
+        return ApprovalPlan(
+            _mismatch(
+                approval_id,
+                MismatchReason.POLICY_CHANGED,
+                f"was requested under policy {record.policy_hash}, and the policy is now"
+                f" {policy_hash}: request the approval again",
             )
         )
     if record.status is ApprovalStatus.DENIED:

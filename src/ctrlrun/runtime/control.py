@@ -312,6 +312,7 @@ class Control:
             lease=spec.lease or self.lease,
             approval_id=approval_id,
             action_hash=call.action.action_hash,
+            policy_hash=call.verdict.policy_hash if approval_id is not None else None,
             max_attempts=entry.max_attempts if entry is not None else None,
             events=call.pre,
         )

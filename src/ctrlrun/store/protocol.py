@@ -60,6 +60,7 @@ class StartRequest:
     lease: timedelta = timedelta(minutes=5)
     approval_id: str | None = None
     action_hash: str | None = None
+    policy_hash: str | None = None  # the approval must have been requested under it
     max_attempts: int | None = None
     execute: bool = True
     events: tuple[EventDraft, ...] = ()

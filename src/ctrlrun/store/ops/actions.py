@@ -25,7 +25,10 @@ def start_action_in_txn(txn: Txn, request: StartRequest) -> Started:
     approval = None
     if request.approval_id is not None:
         approval = check_consumable_in_txn(
-            txn, approval_id=request.approval_id, action_hash=request.action_hash or ""
+            txn,
+            approval_id=request.approval_id,
+            action_hash=request.action_hash or "",
+            policy_hash=request.policy_hash,
         )
     reservation = None
     if request.effect_key is not None:

@@ -112,11 +112,19 @@ def answer_approval_in_txn(
     return answered
 
 
-def check_consumable_in_txn(txn: Txn, *, approval_id: str, action_hash: str) -> ApprovalRecord:
-    """The GRANTED record that may authorise ``action_hash`` now, or the refusal (an expired
-    approval is written EXPIRED first)."""
+def check_consumable_in_txn(
+    txn: Txn, *, approval_id: str, action_hash: str, policy_hash: str | None = None
+) -> ApprovalRecord:
+    """The GRANTED record that may authorise ``action_hash`` under ``policy_hash`` now, or the
+    refusal (an expired approval is written EXPIRED first)."""
     record = get_approval_in_txn(txn, approval_id)
-    plan = plan_consume(record, approval_id=approval_id, action_hash=action_hash, now=txn.now)
+    plan = plan_consume(
+        record,
+        approval_id=approval_id,
+        action_hash=action_hash,
+        now=txn.now,
+        policy_hash=policy_hash,
+    )
     _apply_refusal(txn, record, plan)
     assert record is not None
     return record

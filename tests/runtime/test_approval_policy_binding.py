@@ -9,10 +9,13 @@ import ctrlrun
 from ctrlrun import ApprovalMismatch, ApprovalStatus, Control, MismatchReason, Policy
 from support.policies import POLICY
 
-WIDER = POLICY + """\
+WIDER = (
+    POLICY
+    + """\
   iam.read_only:
     decision: allow
 """
+)
 
 
 def test_an_approval_under_another_policy_is_refused_and_stays_unused(store, clock):

@@ -172,6 +172,18 @@ class ApprovalRequired(Refused):
         )
 
 
+class ProtectionMismatch(Refused):
+    """A protected function and the policy disagree: a template or a rule names an argument
+    the function does not take, so the call could never be decided as the policy is written.
+    ``findings`` lists every disagreement (``ctrlrun check`` shows the same list)."""
+
+    findings: tuple[str, ...]
+    _model_text = "Refused: this tool is misconfigured against its policy. Do not retry."
+
+    def __init__(self, message: str, *, findings: tuple[str, ...]) -> None:
+        super().__init__(message, reason="protection_mismatch", findings=tuple(findings))
+
+
 class ApprovalMismatch(Refused):
     """The presented approval does not authorise this exact action now."""
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import click
 
 from ctrlrun.cli.approvals import approvals, approve, deny
+from ctrlrun.cli.check import check
 from ctrlrun.cli.common import CtrlrunGroup
 from ctrlrun.cli.conformance import conformance
 from ctrlrun.cli.demo import demo
@@ -37,6 +38,7 @@ COMMANDS = (
     outbox_group,
     serve,
     verify,
+    check,
     conformance,
 )
 

@@ -35,6 +35,7 @@ from ctrlrun.errors import (
     InvalidArgument,
     NotExecuted,
     OutcomeUnrecorded,
+    ProtectionMismatch,
     Refused,
     StoreError,
 )
@@ -43,6 +44,7 @@ from ctrlrun.kernel.approval import DEFAULT_APPROVAL_TTL, ApprovalRequestDraft
 from ctrlrun.kernel.effect import DEFAULT_LEASE, EffectState
 from ctrlrun.kernel.event import EventDraft, EventType
 from ctrlrun.kernel.policy import ActionPolicy, Decision, Policy
+from ctrlrun.kernel.protection import FindingKind, plan_protection
 from ctrlrun.kernel.receipt import Receipt, ReceiptDraft, ReceiptResult
 from ctrlrun.kernel.template import Template
 from ctrlrun.kernel.text import check_label
@@ -112,6 +114,7 @@ class Control:
         self.max_argument_bytes = max_argument_bytes
         self.policy = policy
         self._source: PolicySource | None = None  # set by from_file: re-read on change
+        self._fits: dict[tuple[object, ...], tuple[str, ...]] = {}  # check_protection's verdicts
         self.store = store
         self.lease = check_positive(lease, "lease")
         self.approval_ttl = check_positive(approval_ttl, "approval_ttl")
@@ -207,6 +210,30 @@ class Control:
         from ctrlrun.runtime.aio import run_async
 
         return await run_async(self, action, executor, spec)
+
+    def check_protection(
+        self,
+        name: str,
+        parameters: frozenset[str],
+        *,
+        effect: Template | None = None,
+        resource: Template | None = None,
+    ) -> None:
+        """``ProtectionMismatch`` (with every finding) if the current policy names arguments
+        that a function protected as ``name`` with ``parameters`` (and its own ``effect`` and
+        ``resource`` templates) lacks. Decided once per policy and function shape."""
+        key = (self.policy.policy_hash, name, parameters, effect, resource)
+        misfits = self._fits.get(key)
+        if misfits is None:
+            found = plan_protection(self.policy, name, parameters, effect=effect, resource=resource)
+            misfits = tuple(str(f) for f in found if f.kind is FindingKind.MISSING_PARAMETER)
+            self._fits[key] = misfits
+        if misfits:
+            raise ProtectionMismatch(
+                f"{name}: the protected function does not fit the policy: {'; '.join(misfits)}"
+                " (run `ctrlrun check` on its module)",
+                findings=misfits,
+            )
 
     def _check_size(self, action: Action) -> None:
         """``InvalidArgument`` before any write if the canonical arguments are over the limit

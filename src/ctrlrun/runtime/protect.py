@@ -90,6 +90,7 @@ def protect(
         signature = _check_signature(name, fn, effect_t, resource_t)
         skip = _skipped(name, fn, signature, excluded, effect_t, resource_t)
         bind = _binder(signature)
+        own = frozenset(signature.parameters) - skip  # the action's own parameters
         spec = CallSpec(effect=effect_t, lease=lease, reconcile=reconcile)  # the same per call
 
         def prepare(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Control, Action, Any]:
@@ -98,6 +99,7 @@ def protect(
             given = {key: arguments.pop(key) for key in skip if key in arguments}
             ctl = control or default_control()
             policy = ctl.refresh_policy()  # an edited policy file applies from this call on
+            ctl.check_protection(name, own, effect=effect_t, resource=resource_t)
             action = build_action(policy, name, arguments, principal, resource=resource_t)
             return ctl, action, functools.partial(fn, **given) if given else fn
 
@@ -110,6 +112,8 @@ def protect(
                 return value
 
             aprotected.__ctrlrun_action__ = name  # type: ignore[attr-defined]
+            aprotected.__ctrlrun_parameters__ = own  # type: ignore[attr-defined]
+            aprotected.__ctrlrun_templates__ = (effect_t, resource_t)  # type: ignore[attr-defined]
             return aprotected  # type: ignore[return-value]
 
         @functools.wraps(fn)
@@ -119,6 +123,8 @@ def protect(
             return value  # type: ignore[no-any-return]
 
         protected.__ctrlrun_action__ = name  # type: ignore[attr-defined]
+        protected.__ctrlrun_parameters__ = own  # type: ignore[attr-defined]
+        protected.__ctrlrun_templates__ = (effect_t, resource_t)  # type: ignore[attr-defined]
         return protected
 
     return decorate

@@ -32,6 +32,7 @@ class DenyReason(StrEnum):
     APPROVAL_DENIED = "approval_denied"
     ATTEMPT_CEILING = "attempt_ceiling"
     POLICY_UNLOADABLE = "policy_unloadable"
+    EFFECT_TEMPLATE_CHANGED = "effect_template_changed"
 
 
 class MismatchReason(StrEnum):
@@ -152,6 +153,32 @@ class EffectKeyError(ActionDenied):
             action_id=action_id,
             rule=None,
             placeholder=placeholder,
+        )
+
+
+class EffectTemplateChanged(ActionDenied):
+    """The store reserved ``action``'s keys under the ``remembered`` effect-key template and
+    this call renders its key from ``presented``: a different key could run the same effect
+    twice, so the call is refused until an operator accepts the change
+    (``ctrlrun policy accept``)."""
+
+    action: str
+    remembered: str
+    presented: str
+    _model_text = (
+        "Not allowed: this tool's configuration changed and awaits an operator. Do not retry."
+    )
+
+    def __init__(self, message: str, *, action: str, remembered: str, presented: str) -> None:
+        CtrlrunError.__init__(
+            self,
+            message,
+            reason=DenyReason.EFFECT_TEMPLATE_CHANGED,
+            action_id=None,
+            rule=None,
+            action=action,
+            remembered=remembered,
+            presented=presented,
         )
 
 

@@ -55,6 +55,8 @@ def test_the_script_is_installed_and_lists_its_commands_in_workflow_order(tmp_pa
         "outbox",
         "serve",
         "verify",
+        "check",
+        "policy",
         "conformance",
     ]
     version = ctrlrun("--version", cwd=tmp_path, env=shell_env)

@@ -38,16 +38,47 @@ def contend(store_url: str, policy: str, calls: str, barrier: Any, results: Any)
             results.put((os.getpid(), refund("pay_race", 5000)))
         except ctrlrun.DuplicateEffect as exc:
             results.put((os.getpid(), f"duplicate:{exc.state}"))
+        except ctrlrun.EffectTemplateChanged:
+            results.put((os.getpid(), "effect_template_changed"))
         except BaseException as exc:  # anything else is a finding, reported to the parent
             results.put((os.getpid(), f"error:{type(exc).__name__}:{exc}"))
 
 
-def run_racers(ctx: Any, target: Any, args: tuple[Any, ...], n: int) -> list[tuple[int, Any]]:
+def contend_rekeyed(
+    store_url: str, policies: Any, calls: str, barrier: Any, results: Any, index: Any
+) -> None:
+    """A racer whose policy is one of ``policies`` (alternating, by a shared counter): half
+    key the refund ``refund:{payment_id}``, half ``refund:{payment_id}:{amount}``."""
+    with index.get_lock():
+        mine, index.value = index.value, index.value + 1
+    policy = policies[mine % len(policies)]
+    try:
+        contend(store_url, policy, calls, barrier, results)
+    except BaseException as exc:  # pragma: no cover - reported, never silent
+        results.put((os.getpid(), f"error:{type(exc).__name__}:{exc}"))
+
+
+def race_rekeyed(
+    ctx: Any, store_url: str, policies: list[Path], calls: Path, n: int = 8
+) -> list[str]:
+    """``n`` racers under two policies keying one refund differently; their sorted answers.
+    Asserts that exactly one executed."""
+    index = ctx.Value("i", 0)
+    outcomes = run_racers(
+        ctx, contend_rekeyed, (store_url, [str(p) for p in policies], str(calls)), n, index
+    )
+    assert os.listdir(calls) == ["executed"]
+    return sorted(answer for _, answer in outcomes)
+
+
+def run_racers(
+    ctx: Any, target: Any, args: tuple[Any, ...], n: int, *extra: Any
+) -> list[tuple[int, Any]]:
     """Start ``n`` processes of ``target(*args, barrier, results)`` from ``ctx``, all before
     any is collected; their ``(pid, answer)``. Asserts that each exited cleanly and answered
     once from a process of its own."""
     barrier, results = ctx.Barrier(n), ctx.Queue()
-    workers = [ctx.Process(target=target, args=(*args, barrier, results)) for _ in range(n)]
+    workers = [ctx.Process(target=target, args=(*args, barrier, results, *extra)) for _ in range(n)]
     for worker in workers:
         worker.start()
     outcomes = [results.get(timeout=90) for _ in workers]

@@ -19,6 +19,7 @@ from ctrlrun.cli.inspection import inspect
 from ctrlrun.cli.operations import operations_group
 from ctrlrun.cli.outbox import outbox_group
 from ctrlrun.cli.plans import plans_group
+from ctrlrun.cli.policy import policy_group
 from ctrlrun.cli.receipts import receipts
 from ctrlrun.cli.serve import serve
 from ctrlrun.cli.verify import verify
@@ -39,6 +40,7 @@ COMMANDS = (
     serve,
     verify,
     check,
+    policy_group,
     conformance,
 )
 

@@ -32,6 +32,7 @@ from ctrlrun.errors import (
     DenyReason,
     DuplicateEffect,
     EffectKeyError,
+    EffectTemplateChanged,
     InvalidArgument,
     NotExecuted,
     OutcomeUnrecorded,
@@ -342,6 +343,8 @@ class Control:
             policy_hash=call.verdict.policy_hash if approval_id is not None else None,
             max_attempts=entry.max_attempts if entry is not None else None,
             events=call.pre,
+            action_name=call.action.name,
+            effect_template=_template_source(call, entry, spec),
         )
         try:
             return self.store.start_action(request)
@@ -375,6 +378,9 @@ class Control:
             kind, data = EventType.EFFECT_RESERVATION_REFUSED, {"reason": str(exc.reason)}
             if isinstance(exc, DuplicateEffect):
                 data["state"] = str(exc.state)
+            if isinstance(exc, EffectTemplateChanged):
+                exc.action_id = call.action.action_id
+                data.update(remembered=exc.remembered, presented=exc.presented)
         event = EventDraft(kind, call.action.action_id, call.effect_key, approval_id, data)
         self._refuse(call, exc, result, event)
 
@@ -580,6 +586,15 @@ def _unrecorded(call: InFlight, outcome: EffectState, failure: StoreError) -> Ou
         effect_key=key,
         intended=str(outcome),
     )
+
+
+def _template_source(call: InFlight, entry: ActionPolicy | None, spec: CallSpec) -> str | None:
+    """The source of the template ``call``'s key was rendered from (None for a key given
+    outright, or no key): the store checks it against the action's remembered one."""
+    if call.effect_key is None or spec.effect_key is not None:
+        return None
+    template = spec.effect or (entry.effect if entry is not None else None)
+    return template.source if template is not None else None
 
 
 def _denied_event(call: InFlight, exc: ActionDenied) -> EventDraft:

@@ -52,7 +52,9 @@ class StartRequest:
 
     ``events`` are appended before the store's own (``APPROVAL_CONSUMED``, ``EFFECT_RESERVED``,
     ``EXECUTION_STARTED``). With ``execute`` the record is written EXECUTING directly; without,
-    it stays RESERVED until ``begin_execution``.
+    it stays RESERVED until ``begin_execution``. With ``effect_template`` (the source of the
+    template the key was rendered from), the action's remembered template is checked first
+    (recorded the first time; another one is refused with ``EffectTemplateChanged``).
     """
 
     action_id: str
@@ -64,6 +66,8 @@ class StartRequest:
     max_attempts: int | None = None
     execute: bool = True
     events: tuple[EventDraft, ...] = ()
+    action_name: str | None = None
+    effect_template: str | None = None  # the key's template: checked against action_name's
 
 
 @dataclass(frozen=True, slots=True)

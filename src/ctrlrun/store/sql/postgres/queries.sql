@@ -184,3 +184,25 @@ SELECT migration_id FROM {schema}.schema_version ORDER BY migration_id;
 -- name: schema_version_insert
 INSERT INTO {schema}.schema_version (migration_id, applied_at, ctrlrun_version)
 VALUES (%(migration_id)s, now(), %(ctrlrun_version)s);
+
+-- --- effect-key templates (0008) -------------------------------------------------------------
+
+-- name: effect_template_get
+SELECT action, template, recorded_at, accepted_by FROM {schema}.effect_templates
+WHERE action = %(action)s;
+
+-- name: effect_template_insert
+INSERT INTO {schema}.effect_templates (action, template, recorded_at, accepted_by)
+VALUES (%(action)s, %(template)s, %(recorded_at)s, NULL)
+ON CONFLICT (action) DO NOTHING;
+
+-- name: effect_template_accept
+INSERT INTO {schema}.effect_templates (action, template, recorded_at, accepted_by)
+VALUES (%(action)s, %(template)s, %(recorded_at)s, %(accepted_by)s)
+ON CONFLICT (action) DO UPDATE
+SET template = excluded.template, recorded_at = excluded.recorded_at,
+    accepted_by = excluded.accepted_by;
+
+-- name: effect_template_list
+SELECT action, template, recorded_at, accepted_by FROM {schema}.effect_templates
+ORDER BY action COLLATE "C";

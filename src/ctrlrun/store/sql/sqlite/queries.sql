@@ -104,3 +104,22 @@ ORDER BY seq IS NULL, seq, created_at;
 -- name: receipt_list_by_action
 SELECT receipt_id, seq, document, hash FROM receipts WHERE action_id = :action_id
 ORDER BY seq IS NULL, seq, created_at;
+
+-- --- effect-key templates (0005) -------------------------------------------------------------
+
+-- name: effect_template_get
+SELECT action, template, recorded_at, accepted_by FROM effect_templates WHERE action = :action;
+
+-- name: effect_template_insert
+INSERT OR IGNORE INTO effect_templates (action, template, recorded_at, accepted_by)
+VALUES (:action, :template, :recorded_at, NULL);
+
+-- name: effect_template_accept
+INSERT INTO effect_templates (action, template, recorded_at, accepted_by)
+VALUES (:action, :template, :recorded_at, :accepted_by)
+ON CONFLICT (action) DO UPDATE
+SET template = excluded.template, recorded_at = excluded.recorded_at,
+    accepted_by = excluded.accepted_by;
+
+-- name: effect_template_list
+SELECT action, template, recorded_at, accepted_by FROM effect_templates ORDER BY action;

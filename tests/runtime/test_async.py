@@ -29,7 +29,7 @@ from ctrlrun import (
 from ctrlrun.durable import PlanRunner, Plans, Steps
 from ctrlrun.errors import AlreadyCommitted, InProgress
 from ctrlrun.kernel.action import Action, Principal
-from ctrlrun.runtime.control import CallSpec
+from ctrlrun.runtime.call import CallSpec
 
 BOT = ("support-bot", "alice")
 

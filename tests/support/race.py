@@ -7,6 +7,7 @@ executor exclusive-creates a marker file, so a second execution anywhere fails l
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 from pathlib import Path
@@ -69,6 +70,45 @@ def race_rekeyed(
     )
     assert os.listdir(calls) == ["executed"]
     return sorted(answer for _, answer in outcomes)
+
+
+def ask_at_once(store_url: str, policy: str, barrier: Any, results: Any, inside: Any) -> None:
+    """A racer making the identical call that needs a person: answers its request id.
+
+    Inside its request transaction, having found no request, it waits at ``inside`` for the
+    others (2 s at most): without serialisation all of them would be there, each about to
+    make its own request; with it, the first waits alone, gives up and goes on."""
+    import threading
+
+    import ctrlrun.store.ops.approvals as ops
+    from ctrlrun.store import open_store
+
+    found_none = ops.plan_waiting
+
+    def plan_waiting(records: Any, now: Any) -> Any:
+        found = found_none(records, now)
+        if found is None:
+            with contextlib.suppress(threading.BrokenBarrierError):
+                inside.wait(timeout=2)
+        return found
+
+    ops.plan_waiting = plan_waiting
+
+    control = ctrlrun.Control(ctrlrun.Policy.from_file(policy), open_store(store_url))
+
+    @ctrlrun.protect("stripe.refund", control=control)
+    def refund(payment_id: str, amount: int) -> str:
+        return "refunded"
+
+    barrier.wait(timeout=60)
+    with ctrlrun.context(agent="support-bot"):
+        try:
+            refund("pay_big", 200_000)
+            results.put((os.getpid(), "ran"))
+        except ctrlrun.ApprovalRequired as exc:
+            results.put((os.getpid(), exc.request_id))
+        except BaseException as exc:  # anything else is a finding, reported to the parent
+            results.put((os.getpid(), f"error:{type(exc).__name__}:{exc}"))
 
 
 def run_racers(

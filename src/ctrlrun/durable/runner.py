@@ -64,7 +64,8 @@ from ctrlrun.kernel.plan import (
     plan_claim,
     step_receipt_document,
 )
-from ctrlrun.runtime.control import CallSpec, Control
+from ctrlrun.runtime.call import CallSpec
+from ctrlrun.runtime.control import Control
 from ctrlrun.runtime.normalize import build_action
 from ctrlrun.runtime.receipts import describe
 from ctrlrun.store.codec import result_json

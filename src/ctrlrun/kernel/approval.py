@@ -8,6 +8,7 @@ inside its write transaction, in a fixed order.
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -158,6 +159,36 @@ def _expired(record: ApprovalRecord) -> ApprovalPlan:
     return ApprovalPlan(
         _mismatch(record.approval_id, MismatchReason.EXPIRED, detail),
         expire=record.status is not ApprovalStatus.EXPIRED,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Reuse:
+    """What an identical call that presents no approval meets: a grant to present (its first
+    transaction consumes it), or a denial that denies it; neither: it asks a person."""
+
+    granted: ApprovalRecord | None = None
+    denied: ApprovalRecord | None = None
+
+
+def plan_reuse(records: Iterable[ApprovalRecord], *, now: datetime) -> Reuse:
+    """Among the requests made for one action under one policy (oldest first): the oldest
+    unexpired grant, else the newest unexpired denial (a person said no to exactly this call
+    and it is not asked again until that answer expires), else nothing."""
+    live = [r for r in records if not r.is_expired(now)]
+    granted = next((r for r in live if r.status is ApprovalStatus.GRANTED), None)
+    if granted is not None:
+        return Reuse(granted=granted)
+    denied = next((r for r in reversed(live) if r.status is ApprovalStatus.DENIED), None)
+    return Reuse(denied=denied)
+
+
+def plan_waiting(records: Iterable[ApprovalRecord], now: datetime) -> ApprovalRecord | None:
+    """The oldest pending, unexpired request among ``records``: an identical call returns it
+    instead of making another."""
+    return next(
+        (r for r in records if r.status is ApprovalStatus.PENDING and not r.is_expired(now)),
+        None,
     )
 
 

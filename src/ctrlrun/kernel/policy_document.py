@@ -14,6 +14,7 @@ from typing import Any, Final, NoReturn, ParamSpec, TypeVar
 
 from ctrlrun.errors import InvalidArgument, PolicyError
 from ctrlrun.kernel.action import check_action_name
+from ctrlrun.kernel.approval_rules import APPROVAL_KEYS, DEFAULT_RULES, ApprovalRules
 from ctrlrun.kernel.policy_model import (
     POLICY_SCHEMA,
     ActionPolicy,
@@ -38,7 +39,7 @@ LineMap = Mapping[KeyPath, int]
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
 
-_TOP_KEYS: Final = ("schema", "actions", "controls")
+_TOP_KEYS: Final = ("schema", "actions", "controls", "approvals")
 _TOP_REQUIRED: Final = ("schema", "actions")
 _ENTRY_KEYS: Final = (
     "decision",
@@ -48,6 +49,7 @@ _ENTRY_KEYS: Final = (
     "max_attempts",
     "description",
     "controls",
+    "approval",
 )
 _RULE_KEYS: Final = ("when", "decision", "controls")
 _CONTROL_KEYS: Final = ("title", "source")
@@ -145,7 +147,8 @@ def parse_policy_document(
         reader.fail(("schema",), f"must be {POLICY_SCHEMA!r}, got {schema!r}")
     controls = _controls(reader, top.get("controls", {}))
     actions = reader.any_mapping(top["actions"], ("actions",), "a mapping of action names")
-    entries = tuple(_entry(reader, name, body) for name, body in actions.items())
+    defaults = _approval(reader, top.get("approvals", {}), ("approvals",), DEFAULT_RULES)
+    entries = tuple(_entry(reader, name, body, defaults) for name, body in actions.items())
     defined = {control.control_id for control in controls}
     for entry in entries:
         _check_cited(reader, entry, defined)
@@ -178,7 +181,12 @@ def _check_cited(reader: _Reader, entry: ActionPolicy, defined: set[str]) -> Non
                 )
 
 
-def _entry(reader: _Reader, name: str, body: object) -> ActionPolicy:
+def _approval(reader: _Reader, value: object, path: KeyPath, base: ApprovalRules) -> ApprovalRules:
+    body = reader.mapping(value, path, APPROVAL_KEYS, ())
+    return reader.checked(path, ApprovalRules.parse, dict(body), base)
+
+
+def _entry(reader: _Reader, name: str, body: object, defaults: ApprovalRules) -> ActionPolicy:
     path: KeyPath = ("actions", name)
     reader.checked(path, check_action_name, name)
     entry = reader.mapping(body, path, _ENTRY_KEYS, ())
@@ -206,6 +214,7 @@ def _entry(reader: _Reader, name: str, body: object) -> ActionPolicy:
         ),
         description=description,
         controls=_cited_ids(reader, entry, path),
+        approval=_approval(reader, entry.get("approval", {}), (*path, "approval"), defaults),
     )
 
 

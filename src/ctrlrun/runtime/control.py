@@ -11,12 +11,13 @@ driven by ``run`` here and by ``runtime.aio`` for ``arun``, so both paths share 
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
@@ -35,13 +36,12 @@ from ctrlrun.errors import (
     EffectTemplateChanged,
     InvalidArgument,
     NotExecuted,
-    OutcomeUnrecorded,
     ProtectionMismatch,
     Refused,
     StoreError,
 )
-from ctrlrun.kernel.action import Action
-from ctrlrun.kernel.approval import DEFAULT_APPROVAL_TTL, ApprovalRequestDraft
+from ctrlrun.kernel.action import Action, Principal
+from ctrlrun.kernel.approval import DEFAULT_APPROVAL_TTL, ApprovalRequestDraft, plan_reuse
 from ctrlrun.kernel.effect import DEFAULT_LEASE, EffectState
 from ctrlrun.kernel.event import EventDraft, EventType
 from ctrlrun.kernel.policy import ActionPolicy, Decision, Policy
@@ -49,8 +49,22 @@ from ctrlrun.kernel.protection import FindingKind, plan_protection
 from ctrlrun.kernel.receipt import Receipt, ReceiptDraft, ReceiptResult
 from ctrlrun.kernel.template import Template
 from ctrlrun.kernel.text import check_label
+from ctrlrun.runtime.approvals import Approvals
+from ctrlrun.runtime.assess import Assessment, assess
+from ctrlrun.runtime.call import (
+    OUTCOME_EVENTS,
+    OUTCOME_RESULTS,
+    CallSpec,
+    InFlight,
+    check_size,
+    denied_event,
+    make_spec,
+    summarize,
+    template_source,
+    unrecorded,
+)
 from ctrlrun.runtime.context import current_approval, hold, release
-from ctrlrun.runtime.normalize import normalized
+from ctrlrun.runtime.normalize import build_action, normalized
 from ctrlrun.runtime.policy_source import PolicySource
 from ctrlrun.runtime.receipts import Verdict, describe, evaluated, proposed, receipt_draft
 from ctrlrun.runtime.reconcile import Reconcile, reconcile_blocked
@@ -60,28 +74,6 @@ from ctrlrun.store.protocol import FinishRequest, Started, StartRequest, StateSt
 log = logging.getLogger("ctrlrun")
 
 DEFAULT_MAX_ARGUMENT_BYTES = 1 << 20  # 1 MiB of canonical arguments per call
-
-
-@dataclass(frozen=True, slots=True)
-class CallSpec:
-    """How one call is to be protected, beyond what the policy says."""
-
-    effect_key: str | None = None
-    effect: Template | None = None
-    lease: timedelta | None = None
-    reconcile: Reconcile | None = None
-    approval_id: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class InFlight:
-    """One call in flight: the action, the verdict, its key and the events so far."""
-
-    action: Action
-    verdict: Verdict
-    effect_key: str | None
-    started_at: datetime
-    pre: tuple[EventDraft, ...]
 
 
 class Control:
@@ -158,6 +150,25 @@ class Control:
 
     # --- entry points ---------------------------------------------------------------------
 
+    @functools.cached_property
+    def approvals(self) -> Approvals:
+        """The approval requests of this store, answered under this policy."""
+        return Approvals(self)
+
+    def now(self) -> datetime:
+        """This ``Control``'s clock (receipts and approval expiry are judged by it)."""
+        return self._clock()
+
+    def build(self, name: str, arguments: dict[str, Any], principal: Principal) -> Action:
+        """The action a protected function ``name`` would make of ``arguments`` for
+        ``principal`` under the current policy (its resource template applied)."""
+        return build_action(self.refresh_policy(), name, dict(arguments), principal)
+
+    def evaluate(self, name: str, arguments: dict[str, Any], principal: Principal) -> Assessment:
+        """What would happen to this call now, writing nothing: the decision and its rule,
+        the effect key and its state, and the approval that decides it (``Assessment``)."""
+        return assess(self, self.build(name, arguments, principal))
+
     def execute(
         self,
         action: Action,
@@ -175,7 +186,7 @@ class Control:
         ``DuplicateEffect``, ``AmbiguousEffect``) with the executor never called, or re-raises
         the executor's own exception after recording FAILED (``NotExecuted``) or AMBIGUOUS.
         """
-        spec = _spec(effect_key, effect, lease, reconcile, approval_id)
+        spec = make_spec(effect_key, effect, lease, reconcile, approval_id)
         return self.run(action, executor, spec)[1]
 
     def run(
@@ -194,12 +205,12 @@ class Control:
         effect_key: str | None = None,
         effect: str | Template | None = None,
         lease: timedelta | None = None,
-        reconcile: Callable[..., Any] | None = None,
+        reconcile: Reconcile | None = None,
         approval_id: str | None = None,
     ) -> Receipt:
         """``execute`` for async code: the same checks and outcomes; ``executor`` may be an
         ``async def`` (awaited on the loop) or a plain function (run on a worker thread)."""
-        spec = _spec(effect_key, effect, lease, reconcile, approval_id)
+        spec = make_spec(effect_key, effect, lease, reconcile, approval_id)
         return (await self.arun(action, executor, spec))[1]
 
     async def arun(
@@ -236,20 +247,6 @@ class Control:
                 findings=misfits,
             )
 
-    def _check_size(self, action: Action) -> None:
-        """``InvalidArgument`` before any write if the canonical arguments are over the limit
-        (a UTF-8 character is at most 4 bytes: most calls never encode to know)."""
-        text = action.arguments_text
-        if len(text) * 4 > self.max_argument_bytes:
-            size = len(text.encode("utf-8"))
-            if size > self.max_argument_bytes:
-                raise InvalidArgument(
-                    f"{action.name}: {size} bytes of canonical arguments exceed the limit of"
-                    f" {self.max_argument_bytes} (Control(max_argument_bytes=...))",
-                    size=size,
-                    limit=self.max_argument_bytes,
-                )
-
     def _store_threads(self) -> ThreadPoolExecutor:
         """The async path's own store threads (``async_workers`` of them), made at first use;
         each holds its own store connection."""
@@ -263,7 +260,7 @@ class Control:
     def _begin(self, action: Action, spec: CallSpec) -> tuple[InFlight, Started]:
         """Every step before the executor: normalize, decide, ask for approval, reserve (the
         first transaction). Raises the refusal, recorded with its receipt."""
-        self._check_size(action)
+        check_size(action, self.max_argument_bytes)
         self.refresh_policy()
         action = normalized(self.policy, action)
         started_at = self._clock()
@@ -286,12 +283,10 @@ class Control:
                 action_id=action.action_id,
                 rule=evaluation.rule,
             )
-            self._refuse(call, denied, ReceiptResult.DENIED, _denied_event(call, denied))
+            self._refuse(call, denied, ReceiptResult.DENIED, denied_event(call, denied))
         approval_id = None
         if evaluation.decision is Decision.APPROVE:
-            approval_id = spec.approval_id or current_approval()
-            if approval_id is None:
-                self._request_approval(call)
+            approval_id = self._approval_for(call, entry, spec)
         return call, self._start(call, approval_id, entry, spec)
 
     def _effect_key(
@@ -310,23 +305,49 @@ class Control:
             cited = entry.controls if entry is not None else ()
             verdict = Verdict("deny", "effect_key_error", self.policy.policy_hash, cited)
             call = InFlight(action, verdict, None, now, (proposed(action),))
-            self._refuse(call, exc, ReceiptResult.DENIED, _denied_event(call, exc))
+            self._refuse(call, exc, ReceiptResult.DENIED, denied_event(call, exc))
 
-    def _request_approval(self, call: InFlight) -> NoReturn:
+    def _approval_for(self, call: InFlight, entry: ActionPolicy | None, spec: CallSpec) -> str:
+        """The approval this call presents: the one given, else an unexpired grant made for
+        the identical action (consumed by the first transaction). Otherwise it is refused:
+        denied if a person denied exactly this call (until that answer expires), else
+        ``ApprovalRequired`` for a pending request (the existing one, if any)."""
+        presented = spec.approval_id or current_approval()
+        if presented is not None:
+            return presented
+        found = self.store.find_approvals(call.action.action_hash, call.verdict.policy_hash)
+        reuse = plan_reuse(found, now=self._clock())
+        if reuse.granted is not None:
+            return reuse.granted.approval_id
+        if reuse.denied is not None:
+            denied = ActionDenied(
+                f"{call.action.name}: a person denied exactly this call"
+                f" ({reuse.denied.approval_id}, by {reuse.denied.approver})",
+                reason=DenyReason.APPROVAL_DENIED,
+                action_id=call.action.action_id,
+            )
+            self._refuse(call, denied, ReceiptResult.DENIED, denied_event(call, denied))
+        ttl = entry.approval.ttl if entry is not None and entry.approval.ttl else None
+        self._request_approval(call, ttl or self.approval_ttl)
+
+    def _request_approval(self, call: InFlight, ttl: timedelta) -> NoReturn:
         draft = ApprovalRequestDraft(
             approval_id=new_id("apr"),
             action=call.action.to_dict(),
             action_hash=call.action.action_hash,
             policy_hash=call.verdict.policy_hash,
-            ttl=self.approval_ttl,
+            ttl=ttl,
         )
-        self.store.put_approval_request(draft, call.pre)
+        record = self.store.put_approval_request(draft, call.pre)
         raise ApprovalRequired(
             f"{call.action.name} needs a human:"
-            f" `{command_line('ctrlrun', 'approve', draft.approval_id)}`, then call again"
-            " inside with_approval(...)",
-            request_id=draft.approval_id,
+            f" `{command_line('ctrlrun', 'approve', record.approval_id)}`; once granted, the"
+            " identical call runs",
+            request_id=record.approval_id,
             action_id=call.action.action_id,
+            action_hash=record.action_hash,
+            expires_at=record.expires_at,
+            summary=summarize(call.action),
         )
 
     # --- reserve --------------------------------------------------------------------------
@@ -344,7 +365,7 @@ class Control:
             max_attempts=entry.max_attempts if entry is not None else None,
             events=call.pre,
             action_name=call.action.name,
-            effect_template=_template_source(call, entry, spec),
+            effect_template=template_source(call, entry, spec),
         )
         try:
             return self.store.start_action(request)
@@ -371,7 +392,7 @@ class Control:
             kind, data = EventType.APPROVAL_INVALIDATED, {"reason": str(exc.reason)}
             approval_id = exc.approval_id  # which approval was refused, for `ctrlrun inspect`
         elif isinstance(exc, ActionDenied) and exc.reason is DenyReason.APPROVAL_DENIED:
-            self._refuse(call, exc, ReceiptResult.DENIED, _denied_event(call, exc))
+            self._refuse(call, exc, ReceiptResult.DENIED, denied_event(call, exc))
         else:
             if isinstance(exc, AlreadyCommitted) and exc.receipt_id is None:
                 exc.receipt_id = self._committed_receipt(exc.effect_key)
@@ -465,10 +486,10 @@ class Control:
     ) -> Receipt:
         attempt = started.reservation.attempt if started.reservation is not None else None
         error = describe(exc) if exc is not None else None
-        draft = self._draft(call, started, _OUTCOME_RESULTS[outcome], error, attempt)
+        draft = self._draft(call, started, OUTCOME_RESULTS[outcome], error, attempt)
         data = {"attempt": attempt} if error is None else {"attempt": attempt, "error": error}
         event = EventDraft(
-            _OUTCOME_EVENTS[outcome], call.action.action_id, call.effect_key, data=data
+            OUTCOME_EVENTS[outcome], call.action.action_id, call.effect_key, data=data
         )
         request = FinishRequest(
             action_id=call.action.action_id,
@@ -496,7 +517,7 @@ class Control:
                     emit(self._sinks, receipt)
                     raise refusal from exc
         except StoreError as failure:  # after the executor ran: never "nothing happened"
-            raise _unrecorded(call, outcome, failure) from failure
+            raise unrecorded(call, outcome, failure) from failure
         emit(self._sinks, receipt)
         return receipt
 
@@ -555,67 +576,3 @@ class Control:
             approver=approval.approver if approval else None,
             error=error,
         )
-
-
-_OUTCOME_EVENTS = {
-    EffectState.COMMITTED: EventType.EXECUTION_COMMITTED,
-    EffectState.FAILED: EventType.EXECUTION_FAILED,
-    EffectState.AMBIGUOUS: EventType.EXECUTION_AMBIGUOUS,
-}
-
-
-_OUTCOME_RESULTS = {state: ReceiptResult(state.value) for state in _OUTCOME_EVENTS}
-
-
-def _unrecorded(call: InFlight, outcome: EffectState, failure: StoreError) -> OutcomeUnrecorded:
-    key = call.effect_key
-    held = (
-        f"; {key!r} stays held and becomes AMBIGUOUS when its lease expires"
-        if key is not None
-        else ""
-    )
-    log.error(
-        "ctrlrun: %s ran but its outcome %s was not recorded: %s",
-        call.action.name,
-        outcome,
-        failure,
-    )
-    return OutcomeUnrecorded(
-        f"{call.action.name}: the executor ran, but its outcome ({outcome}) could not be"
-        f" recorded: {describe(failure)}{held}",
-        effect_key=key,
-        intended=str(outcome),
-    )
-
-
-def _template_source(call: InFlight, entry: ActionPolicy | None, spec: CallSpec) -> str | None:
-    """The source of the template ``call``'s key was rendered from (None for a key given
-    outright, or no key): the store checks it against the action's remembered one."""
-    if call.effect_key is None or spec.effect_key is not None:
-        return None
-    template = spec.effect or (entry.effect if entry is not None else None)
-    return template.source if template is not None else None
-
-
-def _denied_event(call: InFlight, exc: ActionDenied) -> EventDraft:
-    return EventDraft(
-        EventType.ACTION_DENIED,
-        call.action.action_id,
-        call.effect_key,
-        data={"reason": str(exc.reason), "rule": exc.rule},
-    )
-
-
-def _spec(
-    effect_key: str | None,
-    effect: str | Template | None,
-    lease: timedelta | None,
-    reconcile: Callable[..., Any] | None,
-    approval_id: str | None,
-) -> CallSpec:
-    if effect_key is not None:
-        check_label(effect_key, "effect_key")
-    template = Template.parse(effect) if isinstance(effect, str) else effect
-    if lease is not None:
-        check_positive(lease, "lease")
-    return CallSpec(effect_key, template, lease, reconcile, approval_id)

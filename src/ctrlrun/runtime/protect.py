@@ -23,8 +23,9 @@ from ctrlrun._time import check_positive
 from ctrlrun.errors import ActionDenied, DenyReason, InvalidArgument
 from ctrlrun.kernel.action import Action, Principal, check_action_name
 from ctrlrun.kernel.template import RESOURCE, Template
+from ctrlrun.runtime.call import CallSpec
 from ctrlrun.runtime.context import current_principal
-from ctrlrun.runtime.control import CallSpec, Control
+from ctrlrun.runtime.control import Control
 from ctrlrun.runtime.normalize import build_action
 from ctrlrun.runtime.reconcile import Reconcile
 

@@ -172,7 +172,9 @@ class StateStore(Protocol):
     def put_approval_request(
         self, draft: ApprovalRequestDraft, events: tuple[EventDraft, ...] = ()
     ) -> ApprovalRecord:
-        """Record a PENDING request (and ``APPROVAL_REQUESTED``)."""
+        """Record a PENDING request (and ``APPROVAL_REQUESTED``), or return the pending,
+        unexpired one already made for the identical action under the same policy (with
+        ``APPROVAL_REUSED``); ``events`` are appended first either way."""
         ...
 
     def grant_approval(self, approval_id: str, approver: str) -> ApprovalRecord:
@@ -195,6 +197,11 @@ class StateStore(Protocol):
         ...
 
     # --- evidence -------------------------------------------------------------------------
+    def find_approvals(self, action_hash: str, policy_hash: str) -> tuple[ApprovalRecord, ...]:
+        """Every request made for the action hashing to ``action_hash`` under
+        ``policy_hash``, oldest first (any status)."""
+        ...
+
     def events(self, action_id: str | None = None) -> tuple[Event, ...]:
         """Events in append order, optionally only one action's."""
         ...

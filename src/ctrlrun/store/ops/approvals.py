@@ -13,6 +13,7 @@ from ctrlrun.kernel.approval import (
     ApprovalStatus,
     plan_answer,
     plan_consume,
+    plan_waiting,
 )
 from ctrlrun.kernel.event import EventDraft, EventType
 from ctrlrun.store.codec import approval_from_row
@@ -26,10 +27,30 @@ def get_approval_in_txn(txn: Txn, approval_id: str) -> ApprovalRecord | None:
     return None if row is None else approval_from_row(row, txn.read_ts)
 
 
+def find_approvals_in_txn(txn: Txn, action_hash: str, policy_hash: str) -> list[ApprovalRecord]:
+    """Every request made for ``action_hash`` under ``policy_hash``, oldest first."""
+    rows = txn.all("approval_find", {"action_hash": action_hash, "policy_hash": policy_hash})
+    return [approval_from_row(row, txn.read_ts) for row in rows]
+
+
 def put_approval_request_in_txn(txn: Txn, draft: ApprovalRequestDraft) -> ApprovalRecord:
-    """Insert a PENDING request stamped with the transaction's clock (a plain insert: a
-    duplicate id fails the transaction rather than overwriting an answer)."""
+    """The pending, unexpired request for the identical action under the same policy if there
+    is one (with an ``APPROVAL_REUSED`` event for the asking action), else a new PENDING
+    request stamped with the transaction's clock and its ``APPROVAL_REQUESTED`` event.
+    Requests for one action are serialised (``approval_lock``), so no two identical calls
+    both make one."""
+    txn.one("approval_lock", {"action_hash": draft.action_hash})
     now = txn.now
+    waiting = plan_waiting(find_approvals_in_txn(txn, draft.action_hash, draft.policy_hash), now)
+    if waiting is not None:
+        reused = EventDraft(
+            EventType.APPROVAL_REUSED,
+            draft.action.get("action_id"),
+            approval_id=waiting.approval_id,
+            data={"action_hash": draft.action_hash},
+        )
+        append_events_in_txn(txn, [reused])
+        return waiting
     txn.run(
         "approval_insert",
         {

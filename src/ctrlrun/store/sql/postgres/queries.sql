@@ -74,6 +74,19 @@ SELECT approval_id, action_hash, action_json, policy_hash, status, created_at, e
        approver, answered_at, consumed_at, consumed_by
 FROM {schema}.approvals WHERE status = %(status)s ORDER BY created_at, approval_id;
 
+-- name: approval_find
+-- The requests made for one action under one policy, oldest first (0009's index).
+SELECT approval_id, action_hash, action_json, policy_hash, status, created_at, expires_at,
+       approver, answered_at, consumed_at, consumed_by
+FROM {schema}.approvals
+WHERE action_hash = %(action_hash)s AND policy_hash = %(policy_hash)s
+ORDER BY created_at, approval_id;
+
+-- name: approval_lock
+-- Serialises the requests for one action until this transaction ends, so two identical calls
+-- cannot both find no request and make two (transaction-scoped: safe behind pgbouncer).
+SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended(%(action_hash)s, 0));
+
 -- name: approval_insert
 INSERT INTO {schema}.approvals
     (approval_id, action_hash, action_json, policy_hash, status, created_at, expires_at)

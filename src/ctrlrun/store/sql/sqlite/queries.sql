@@ -50,6 +50,17 @@ SELECT approval_id, action_hash, action_json, policy_hash, status, created_at, e
        approver, answered_at, consumed_at, consumed_by
 FROM approvals WHERE status = :status ORDER BY created_at, approval_id;
 
+-- name: approval_find
+-- The requests made for one action under one policy, oldest first (0006's index).
+SELECT approval_id, action_hash, action_json, policy_hash, status, created_at, expires_at,
+       approver, answered_at, consumed_at, consumed_by
+FROM approvals WHERE action_hash = :action_hash AND policy_hash = :policy_hash
+ORDER BY created_at, approval_id;
+
+-- name: approval_lock
+-- Serialises the requests for one action: SQLite's write transaction already does.
+SELECT 1 AS locked;
+
 -- name: approval_insert
 INSERT INTO approvals
     (approval_id, action_hash, action_json, policy_hash, status, created_at, expires_at)

@@ -30,9 +30,9 @@ DECLARE
     known text;
 BEGIN
     IF p_template IS NOT NULL THEN
-        SELECT t.template INTO known FROM {schema}.effect_templates AS t
-        WHERE t.action = p_action;
-        IF NOT FOUND THEN
+        known := (SELECT t.template FROM {schema}.effect_templates AS t
+                  WHERE t.action = p_action);
+        IF known IS NULL THEN
             INSERT INTO {schema}.effect_templates (action, template, recorded_at, accepted_by)
             VALUES (p_action, p_template, COALESCE(p_now, pg_catalog.now()), NULL)
             ON CONFLICT (action) DO NOTHING;

@@ -33,6 +33,7 @@ class MismatchReason(StrEnum):
     PENDING = "pending"
     ANSWERED = "answered"
     POLICY_CHANGED = "policy_changed"
+    REQUESTER = "requester"
 
 
 class DuplicateState(StrEnum):

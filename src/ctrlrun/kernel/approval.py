@@ -8,7 +8,7 @@ inside its write transaction, in a fixed order.
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -45,6 +45,8 @@ class ApprovalRequestDraft:
     action_hash: str
     policy_hash: str
     ttl: timedelta = DEFAULT_APPROVAL_TTL
+    required: int = 1  # distinct approvers whose grants make it GRANTED
+    excluded: tuple[str, ...] = ()  # who may not grant it (the requester, when so configured)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +64,8 @@ class ApprovalRecord:
     answered_at: datetime | None = None
     consumed_at: datetime | None = None
     consumed_by: str | None = None  # the action_id that spent it
+    required: int = 1
+    excluded: tuple[str, ...] = ()
 
     def is_expired(self, now: datetime) -> bool:
         """True once ``now`` is past the request's expiry."""
@@ -160,6 +164,52 @@ def _expired(record: ApprovalRecord) -> ApprovalPlan:
         _mismatch(record.approval_id, MismatchReason.EXPIRED, detail),
         expire=record.status is not ApprovalStatus.EXPIRED,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """One approver's grant of a request (``signature``: see ``kernel.signing``)."""
+
+    approver: str
+    granted_at: datetime
+    signature: str | None = None
+
+
+def requesters(action: dict[str, Any]) -> tuple[str, ...]:
+    """The names that asked for ``action`` (its principal's agent and user), which a request
+    that must be approved by someone else excludes."""
+    principal = action.get("principal") or {}
+    return tuple(str(name) for name in (principal.get("agent"), principal.get("user")) if name)
+
+
+def plan_grant(
+    record: ApprovalRecord, grants: Sequence[Grant], *, approver: str
+) -> tuple[Refused | None, bool]:
+    """May ``approver`` add a grant to pending ``record`` that already has ``grants``? The
+    refusal (the requester itself, or a second grant by one approver), else whether this
+    grant completes it (GRANTED)."""
+    if approver in record.excluded:
+        detail = f"cannot be granted by {approver!r}, who asked for it"
+        return _mismatch(record.approval_id, MismatchReason.REQUESTER, detail), False
+    if any(g.approver == approver for g in grants):
+        detail = f"was already granted by {approver!r}: another approver must grant it"
+        return _mismatch(record.approval_id, MismatchReason.ANSWERED, detail), False
+    return None, len({g.approver for g in grants} | {approver}) >= record.required
+
+
+def plan_quorum(
+    approval_id: str, grants: Sequence[Grant], *, required: int, excluded: Sequence[str]
+) -> Refused | None:
+    """At consumption, under the policy the call runs under: are there ``required`` distinct
+    approvers among ``grants``, none of them ``excluded``? The refusal if not."""
+    named = {g.approver for g in grants}
+    if named & set(excluded):
+        detail = f"was granted by the requester ({', '.join(sorted(named & set(excluded)))})"
+        return _mismatch(approval_id, MismatchReason.REQUESTER, detail)
+    if len(named) < required:
+        detail = f"has {len(named)} of the {required} distinct approvals it needs"
+        return _mismatch(approval_id, MismatchReason.PENDING, detail)
+    return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,7 +41,13 @@ from ctrlrun.errors import (
     StoreError,
 )
 from ctrlrun.kernel.action import Action, Principal
-from ctrlrun.kernel.approval import DEFAULT_APPROVAL_TTL, ApprovalRequestDraft, plan_reuse
+from ctrlrun.kernel.approval import (
+    DEFAULT_APPROVAL_TTL,
+    ApprovalRequestDraft,
+    plan_reuse,
+    requesters,
+)
+from ctrlrun.kernel.approval_rules import DEFAULT_RULES, ApprovalRules
 from ctrlrun.kernel.effect import DEFAULT_LEASE, EffectState
 from ctrlrun.kernel.event import EventDraft, EventType
 from ctrlrun.kernel.policy import ActionPolicy, Decision, Policy
@@ -327,16 +333,18 @@ class Control:
                 action_id=call.action.action_id,
             )
             self._refuse(call, denied, ReceiptResult.DENIED, denied_event(call, denied))
-        ttl = entry.approval.ttl if entry is not None and entry.approval.ttl else None
-        self._request_approval(call, ttl or self.approval_ttl)
+        self._request_approval(call, entry.approval if entry is not None else DEFAULT_RULES)
 
-    def _request_approval(self, call: InFlight, ttl: timedelta) -> NoReturn:
+    def _request_approval(self, call: InFlight, rules: ApprovalRules) -> NoReturn:
+        action = call.action.to_dict()
         draft = ApprovalRequestDraft(
             approval_id=new_id("apr"),
-            action=call.action.to_dict(),
+            action=action,
             action_hash=call.action.action_hash,
             policy_hash=call.verdict.policy_hash,
-            ttl=ttl,
+            ttl=rules.ttl or self.approval_ttl,
+            required=rules.count,
+            excluded=requesters(action) if rules.distinct_from_requester else (),
         )
         record = self.store.put_approval_request(draft, call.pre)
         raise ApprovalRequired(
@@ -355,6 +363,8 @@ class Control:
     def _start(
         self, call: InFlight, approval_id: str | None, entry: ActionPolicy | None, spec: CallSpec
     ) -> Started:
+        rules = entry.approval if entry is not None else DEFAULT_RULES
+        excluded = requesters(call.action.to_dict()) if rules.distinct_from_requester else ()
         request = StartRequest(
             action_id=call.action.action_id,
             effect_key=call.effect_key,
@@ -362,6 +372,8 @@ class Control:
             approval_id=approval_id,
             action_hash=call.action.action_hash,
             policy_hash=call.verdict.policy_hash if approval_id is not None else None,
+            approvals_required=rules.count,
+            approvers_excluded=excluded,
             max_attempts=entry.max_attempts if entry is not None else None,
             events=call.pre,
             action_name=call.action.name,

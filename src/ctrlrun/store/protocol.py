@@ -68,6 +68,8 @@ class StartRequest:
     events: tuple[EventDraft, ...] = ()
     action_name: str | None = None
     effect_template: str | None = None  # the key's template: checked against action_name's
+    approvals_required: int = 1  # the policy's approval.count, checked against the grants
+    approvers_excluded: tuple[str, ...] = ()  # who may not have granted it (the requester)
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,8 @@ def start_action_in_txn(txn: Txn, request: StartRequest) -> Started:
             approval_id=request.approval_id,
             action_hash=request.action_hash or "",
             policy_hash=request.policy_hash,
+            required=request.approvals_required,
+            excluded=request.approvers_excluded,
         )
     if request.effect_template is not None and request.action_name is not None:
         check_key_template_in_txn(txn, request.action_name, request.effect_template)

@@ -11,8 +11,11 @@ from ctrlrun.kernel.approval import (
     ApprovalRecord,
     ApprovalRequestDraft,
     ApprovalStatus,
+    Grant,
     plan_answer,
     plan_consume,
+    plan_grant,
+    plan_quorum,
     plan_waiting,
 )
 from ctrlrun.kernel.event import EventDraft, EventType
@@ -61,6 +64,8 @@ def put_approval_request_in_txn(txn: Txn, draft: ApprovalRequestDraft) -> Approv
             "status": str(ApprovalStatus.PENDING),
             "created_at": txn.ts(now),
             "expires_at": txn.ts(now + draft.ttl),
+            "required": draft.required,
+            "excluded_json": json.dumps(list(draft.excluded)),
         },
     )
     append_events_in_txn(
@@ -102,42 +107,86 @@ def _apply_refusal(txn: Txn, record: ApprovalRecord | None, plan: ApprovalPlan) 
     raise plan.refusal
 
 
+def grants_in_txn(txn: Txn, approval_id: str) -> list[Grant]:
+    """Every grant of ``approval_id``, in the order given."""
+    rows = txn.all("approval_grant_list", {"approval_id": approval_id})
+    return [Grant(r["approver"], txn.read_ts(r["granted_at"]), r["signature"]) for r in rows]
+
+
 def answer_approval_in_txn(
-    txn: Txn, *, approval_id: str, approver: str, grant: bool, reason: str | None = None
+    txn: Txn,
+    *,
+    approval_id: str,
+    approver: str,
+    grant: bool,
+    reason: str | None = None,
+    signature: str | None = None,
 ) -> ApprovalRecord:
-    """PENDING → GRANTED or DENIED, if ``plan_answer`` allows; a lost race is ``answered``.
-    A denial's ``reason`` goes on its ``APPROVAL_DENIED`` event."""
+    """A denial: PENDING → DENIED (its ``reason`` on the ``APPROVAL_DENIED`` event). A grant:
+    one more ``approval_grants`` row (``plan_grant``: not the requester, not twice by one
+    approver); the grant that makes the distinct approvers enough moves it to GRANTED. A
+    lost race is ``answered``."""
     record = get_approval_in_txn(txn, approval_id)
     _apply_refusal(txn, record, plan_answer(record, approval_id=approval_id, now=txn.now))
-    status = ApprovalStatus.GRANTED if grant else ApprovalStatus.DENIED
-    changed = txn.run(
-        "approval_answer",
-        {
-            "approval_id": approval_id,
-            "status": str(status),
-            "approver": approver,
-            "answered_at": txn.ts(txn.now),
-        },
-    )
-    if changed != 1:
-        raise ApprovalMismatch(
-            f"approval {approval_id} was answered concurrently",
-            reason=MismatchReason.ANSWERED,
-            approval_id=approval_id,
+    assert record is not None
+    data: dict[str, object] = {"approver": approver}
+    complete = True
+    if grant:
+        grants = grants_in_txn(txn, approval_id)
+        refusal, complete = plan_grant(record, grants, approver=approver)
+        if refusal is not None:
+            raise refusal
+        row = {"approval_id": approval_id, "approver": approver, "signature": signature}
+        if txn.run("approval_grant_insert", {**row, "granted_at": txn.ts(txn.now)}) != 1:
+            raise _concurrent(approval_id)
+        names = [g.approver for g in grants] + [approver]
+        if record.required > 1:  # one approver: the event reads as it always has
+            data |= {"grants": len(names), "required": record.required}
+        approver = ", ".join(names)
+    if complete:
+        _close(
+            txn, approval_id, approver, ApprovalStatus.GRANTED if grant else ApprovalStatus.DENIED
         )
     kind = EventType.APPROVAL_GRANTED if grant else EventType.APPROVAL_DENIED
-    data = {"approver": approver} | ({"reason": reason} if reason is not None else {})
+    data |= {"reason": reason} if reason is not None else {}
     append_events_in_txn(txn, [EventDraft(kind, None, approval_id=approval_id, data=data)])
     answered = get_approval_in_txn(txn, approval_id)
     assert answered is not None
     return answered
 
 
+def _close(txn: Txn, approval_id: str, approver: str, status: ApprovalStatus) -> None:
+    params = {
+        "approval_id": approval_id,
+        "status": str(status),
+        "approver": approver,
+        "answered_at": txn.ts(txn.now),
+    }
+    if txn.run("approval_answer", params) != 1:
+        raise _concurrent(approval_id)
+
+
+def _concurrent(approval_id: str) -> ApprovalMismatch:
+    return ApprovalMismatch(
+        f"approval {approval_id} was answered concurrently",
+        reason=MismatchReason.ANSWERED,
+        approval_id=approval_id,
+    )
+
+
 def check_consumable_in_txn(
-    txn: Txn, *, approval_id: str, action_hash: str, policy_hash: str | None = None
+    txn: Txn,
+    *,
+    approval_id: str,
+    action_hash: str,
+    policy_hash: str | None = None,
+    required: int = 1,
+    excluded: tuple[str, ...] = (),
 ) -> ApprovalRecord:
     """The GRANTED record that may authorise ``action_hash`` under ``policy_hash`` now, or the
-    refusal (an expired approval is written EXPIRED first)."""
+    refusal (an expired approval is written EXPIRED first). When the policy the call runs
+    under asks for ``required`` distinct approvers or ``excluded`` ones, the grants are
+    checked against it (``plan_quorum``), whatever the row says."""
     record = get_approval_in_txn(txn, approval_id)
     plan = plan_consume(
         record,
@@ -148,6 +197,11 @@ def check_consumable_in_txn(
     )
     _apply_refusal(txn, record, plan)
     assert record is not None
+    if required > 1 or excluded:
+        grants = grants_in_txn(txn, approval_id)
+        refusal = plan_quorum(approval_id, grants, required=required, excluded=excluded)
+        if refusal is not None:
+            raise refusal
     return record
 
 

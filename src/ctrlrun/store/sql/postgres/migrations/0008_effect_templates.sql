@@ -8,7 +8,7 @@
 -- accepted_by is NULL for a template recorded by a call, the operator for one accepted.
 
 CREATE TABLE {schema}.effect_templates (
-    action      text PRIMARY KEY,
+    action      text COLLATE "C" PRIMARY KEY,
     template    text NOT NULL,
     recorded_at timestamptz NOT NULL,
     accepted_by text

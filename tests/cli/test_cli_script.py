@@ -50,6 +50,7 @@ def test_the_script_is_installed_and_lists_its_commands_in_workflow_order(tmp_pa
         "approvals",
         "approve",
         "deny",
+        "approver",
         "plans",
         "operations",
         "outbox",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import click
 
 from ctrlrun.cli.approvals import approvals, approve, deny
+from ctrlrun.cli.approver import approver_group
 from ctrlrun.cli.check import check
 from ctrlrun.cli.common import CtrlrunGroup
 from ctrlrun.cli.conformance import conformance
@@ -34,6 +35,7 @@ COMMANDS = (
     approvals,
     approve,
     deny,
+    approver_group,
     plans_group,
     operations_group,
     outbox_group,

@@ -34,6 +34,7 @@ class MismatchReason(StrEnum):
     ANSWERED = "answered"
     POLICY_CHANGED = "policy_changed"
     REQUESTER = "requester"
+    UNSIGNED = "unsigned"
 
 
 class DuplicateState(StrEnum):

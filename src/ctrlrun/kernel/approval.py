@@ -66,6 +66,7 @@ class ApprovalRecord:
     consumed_by: str | None = None  # the action_id that spent it
     required: int = 1
     excluded: tuple[str, ...] = ()
+    signatures: tuple[tuple[str, str], ...] = ()  # (approver, signature) checked at consumption
 
     def is_expired(self, now: datetime) -> bool:
         """True once ``now`` is past the request's expiry."""

@@ -14,6 +14,7 @@ from typing import Any, Final, NoReturn, ParamSpec, TypeVar
 
 from ctrlrun.errors import InvalidArgument, PolicyError
 from ctrlrun.kernel.action import check_action_name
+from ctrlrun.kernel.approval import check_person
 from ctrlrun.kernel.approval_rules import APPROVAL_KEYS, DEFAULT_RULES, ApprovalRules
 from ctrlrun.kernel.policy_model import (
     POLICY_SCHEMA,
@@ -28,6 +29,7 @@ from ctrlrun.kernel.policy_model import (
     first_unreachable,
     json_type,
 )
+from ctrlrun.kernel.signing import check_public_key
 from ctrlrun.kernel.template import Template
 
 KeyPath = tuple[str | int, ...]
@@ -39,7 +41,7 @@ LineMap = Mapping[KeyPath, int]
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
 
-_TOP_KEYS: Final = ("schema", "actions", "controls", "approvals")
+_TOP_KEYS: Final = ("schema", "actions", "controls", "approvals", "approvers")
 _TOP_REQUIRED: Final = ("schema", "actions")
 _ENTRY_KEYS: Final = (
     "decision",
@@ -132,9 +134,9 @@ class _Reader:
 
 def parse_policy_document(
     data: object, *, lines: LineMap | None = None, source: str | None = None
-) -> tuple[tuple[ActionPolicy, ...], tuple[ControlEntry, ...]]:
-    """The action entries of a ``ctrlrun.policy/v1`` document, in document order, and the
-    controls its ``controls`` section defines.
+) -> tuple[tuple[ActionPolicy, ...], tuple[ControlEntry, ...], dict[str, str]]:
+    """The action entries of a ``ctrlrun.policy/v1`` document, in document order, the
+    controls its ``controls`` section defines and the approvers' public keys by name.
 
     Raises ``PolicyError`` (naming the key path, the line when ``lines`` has it, and
     ``source`` as ``path``) for any departure from the schema, a control cited by an entry or
@@ -152,7 +154,18 @@ def parse_policy_document(
     defined = {control.control_id for control in controls}
     for entry in entries:
         _check_cited(reader, entry, defined)
-    return entries, controls
+    return entries, controls, _approvers(reader, top.get("approvers", {}))
+
+
+def _approvers(reader: _Reader, value: object) -> dict[str, str]:
+    registry = reader.any_mapping(value, ("approvers",), "a mapping of approver names")
+    out = {}
+    for name, body in registry.items():
+        path: KeyPath = ("approvers", name)
+        reader.checked(path, check_person, name)
+        fields = reader.mapping(body, path, ("key",), ("key",))
+        out[name] = reader.checked((*path, "key"), check_public_key, fields["key"])
+    return out
 
 
 def _controls(reader: _Reader, value: object) -> tuple[ControlEntry, ...]:

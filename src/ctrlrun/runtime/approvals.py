@@ -3,10 +3,13 @@ console: what waits, one request, grant, deny, and the request for a given actio
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from ctrlrun.errors import InvalidArgument
 from ctrlrun.kernel.action import Action, Principal
 from ctrlrun.kernel.approval import ApprovalRecord, ApprovalStatus, plan_reuse, plan_waiting
+from ctrlrun.kernel.signing import public_key_text, record_message, sign
 
 if TYPE_CHECKING:
     from ctrlrun.runtime.control import Control
@@ -34,9 +37,24 @@ class Approvals:
         """The request ``approval_id``, or None."""
         return self._control.store.get_approval(approval_id)
 
-    def grant(self, approval_id: str, approver: str) -> ApprovalRecord:
-        """Grant ``approval_id`` as ``approver``: the identical call may then run, once."""
-        return self._control.store.grant_approval(approval_id, approver)
+    def grant(
+        self, approval_id: str, approver: str, *, private_key: bytes | None = None
+    ) -> ApprovalRecord:
+        """Grant ``approval_id`` as ``approver``: the identical call may then run, once (when
+        the policy asks for several approvers, once they all have). When the policy names
+        approvers, ``private_key`` (``approver``'s Ed25519 key in PEM) signs the grant and
+        is required: ``InvalidArgument`` for an approver the policy does not name, a missing
+        key, or a key that is not the approver's (nothing written)."""
+        store = self._control.store
+        keys = self._control.refresh_policy().approvers
+        if not keys and private_key is None:
+            return store.grant_approval(approval_id, approver)
+        record = store.get_approval(approval_id)
+        if record is None:  # the store's own refusal: unknown
+            return store.grant_approval(approval_id, approver)
+        return store.grant_approval(
+            approval_id, approver, sign_grant(keys, record, approver, private_key)
+        )
 
     def deny(self, approval_id: str, approver: str, reason: str | None = None) -> ApprovalRecord:
         """Deny ``approval_id`` as ``approver`` (``reason`` is kept with the denial): the
@@ -57,3 +75,19 @@ class Approvals:
         now = control.now()
         reuse = plan_reuse(found, now=now)
         return reuse.granted or reuse.denied or plan_waiting(found, now)
+
+
+def sign_grant(
+    keys: Mapping[str, str], record: ApprovalRecord, approver: str, private_key: bytes | None
+) -> str:
+    """``approver``'s signature of ``record`` with ``private_key``, checked against the
+    approvers the policy names (``keys``, when it names any)."""
+    if keys and approver not in keys:
+        raise InvalidArgument(f"{approver!r} is not an approver the policy names")
+    if private_key is None:
+        raise InvalidArgument(
+            f"the policy names approvers: {approver!r} must sign the grant (private_key=...)"
+        )
+    if keys and public_key_text(private_key) != keys[approver]:
+        raise InvalidArgument(f"that private key is not the one the policy names for {approver!r}")
+    return sign(private_key, record_message(record, approver))

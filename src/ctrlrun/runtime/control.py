@@ -374,6 +374,7 @@ class Control:
             policy_hash=call.verdict.policy_hash if approval_id is not None else None,
             approvals_required=rules.count,
             approvers_excluded=excluded,
+            approver_keys=self.policy.approvers or None,
             max_attempts=entry.max_attempts if entry is not None else None,
             events=call.pre,
             action_name=call.action.name,
@@ -586,5 +587,6 @@ class Control:
             attempt=attempt,
             approval_id=approval.approval_id if approval else None,
             approver=approval.approver if approval else None,
+            signatures=approval.signatures if approval else (),
             error=error,
         )

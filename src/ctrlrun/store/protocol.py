@@ -70,6 +70,7 @@ class StartRequest:
     effect_template: str | None = None  # the key's template: checked against action_name's
     approvals_required: int = 1  # the policy's approval.count, checked against the grants
     approvers_excluded: tuple[str, ...] = ()  # who may not have granted it (the requester)
+    approver_keys: Mapping[str, str] | None = None  # signed mode: only verified grants count
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,8 +180,12 @@ class StateStore(Protocol):
         ``APPROVAL_REUSED``); ``events`` are appended first either way."""
         ...
 
-    def grant_approval(self, approval_id: str, approver: str) -> ApprovalRecord:
-        """PENDING → GRANTED; refusals per ``plan_answer``."""
+    def grant_approval(
+        self, approval_id: str, approver: str, signature: str | None = None
+    ) -> ApprovalRecord:
+        """One more grant by ``approver`` (with its ``signature``, when approvers sign):
+        GRANTED once the request has the distinct approvers it needs; refusals per
+        ``plan_answer`` and ``plan_grant``."""
         ...
 
     def deny_approval(

@@ -487,9 +487,11 @@ class SQLiteStateStore(StoreReads):
         record: ApprovalRecord = self._in_txn(work)
         return record
 
-    def grant_approval(self, approval_id: str, approver: str) -> ApprovalRecord:
+    def grant_approval(
+        self, approval_id: str, approver: str, signature: str | None = None
+    ) -> ApprovalRecord:
         """See ``StateStore.grant_approval``."""
-        return self._answer(approval_id, approver, grant=True)
+        return self._answer(approval_id, approver, grant=True, signature=signature)
 
     def deny_approval(
         self, approval_id: str, approver: str, reason: str | None = None
@@ -498,7 +500,13 @@ class SQLiteStateStore(StoreReads):
         return self._answer(approval_id, approver, grant=False, reason=check_reason(reason))
 
     def _answer(
-        self, approval_id: str, approver: str, *, grant: bool, reason: str | None = None
+        self,
+        approval_id: str,
+        approver: str,
+        *,
+        grant: bool,
+        reason: str | None = None,
+        signature: str | None = None,
     ) -> ApprovalRecord:
         record: ApprovalRecord = self._in_txn(
             answer_approval_in_txn,
@@ -506,6 +514,7 @@ class SQLiteStateStore(StoreReads):
             approver=check_person(approver),
             grant=grant,
             reason=reason,
+            signature=signature,
         )
         return record
 

@@ -33,6 +33,7 @@ def start_action_in_txn(txn: Txn, request: StartRequest) -> Started:
             policy_hash=request.policy_hash,
             required=request.approvals_required,
             excluded=request.approvers_excluded,
+            keys=request.approver_keys,
         )
     if request.effect_template is not None and request.action_name is not None:
         check_key_template_in_txn(txn, request.action_name, request.effect_template)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from dataclasses import replace
 
 from ctrlrun._time import encode_instant
 from ctrlrun.errors import ApprovalMismatch, MismatchReason
@@ -19,6 +21,7 @@ from ctrlrun.kernel.approval import (
     plan_waiting,
 )
 from ctrlrun.kernel.event import EventDraft, EventType
+from ctrlrun.kernel.signing import plan_signed
 from ctrlrun.store.codec import approval_from_row
 from ctrlrun.store.ops import KeptRefusal, Txn
 from ctrlrun.store.ops.evidence import append_events_in_txn
@@ -182,6 +185,7 @@ def check_consumable_in_txn(
     policy_hash: str | None = None,
     required: int = 1,
     excluded: tuple[str, ...] = (),
+    keys: Mapping[str, str] | None = None,
 ) -> ApprovalRecord:
     """The GRANTED record that may authorise ``action_hash`` under ``policy_hash`` now, or the
     refusal (an expired approval is written EXPIRED first). When the policy the call runs
@@ -197,11 +201,18 @@ def check_consumable_in_txn(
     )
     _apply_refusal(txn, record, plan)
     assert record is not None
-    if required > 1 or excluded:
+    if required > 1 or excluded or keys:
         grants = grants_in_txn(txn, approval_id)
+        signatures: tuple[tuple[str, str], ...] = ()
+        if keys:  # only verified grants count
+            unsigned, signatures = plan_signed(record, grants, keys)
+            if unsigned is not None:
+                raise unsigned
+            grants = [g for g in grants if (g.approver, g.signature) in signatures]
         refusal = plan_quorum(approval_id, grants, required=required, excluded=excluded)
         if refusal is not None:
             raise refusal
+        record = replace(record, signatures=signatures)
     return record
 
 

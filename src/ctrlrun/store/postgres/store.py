@@ -281,9 +281,11 @@ class PostgresStateStore(StoreReads):
 
         return self._engine.write(work, operation="put_approval_request")
 
-    def grant_approval(self, approval_id: str, approver: str) -> ApprovalRecord:
+    def grant_approval(
+        self, approval_id: str, approver: str, signature: str | None = None
+    ) -> ApprovalRecord:
         """See ``StateStore.grant_approval``."""
-        return self._answer(approval_id, approver, grant=True)
+        return self._answer(approval_id, approver, grant=True, signature=signature)
 
     def deny_approval(
         self, approval_id: str, approver: str, reason: str | None = None
@@ -292,12 +294,23 @@ class PostgresStateStore(StoreReads):
         return self._answer(approval_id, approver, grant=False, reason=check_reason(reason))
 
     def _answer(
-        self, approval_id: str, approver: str, *, grant: bool, reason: str | None = None
+        self,
+        approval_id: str,
+        approver: str,
+        *,
+        grant: bool,
+        reason: str | None = None,
+        signature: str | None = None,
     ) -> ApprovalRecord:
         person = check_person(approver)
         return self._engine.write(
             lambda txn: answer_approval_in_txn(
-                txn, approval_id=approval_id, approver=person, grant=grant, reason=reason
+                txn,
+                approval_id=approval_id,
+                approver=person,
+                grant=grant,
+                reason=reason,
+                signature=signature,
             ),
             operation="grant_approval" if grant else "deny_approval",
         )

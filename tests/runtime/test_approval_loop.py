@@ -212,3 +212,42 @@ def test_eight_processes_asking_at_once_make_one_request(backend, request, tmp_p
         assert [a.approval_id for a in store.list_approvals()] == list(answers)
     finally:
         store.close()
+
+
+def test_sinks_see_each_approval_step(store, clock):
+    seen = []
+
+    class Watch:
+        def receipt(self, receipt):
+            seen.append(("receipt", receipt.document["result"]))
+
+        def approval(self, kind, record):
+            seen.append((kind, record.approval_id))
+
+    control = Control(Policy.from_yaml(POLICY), store, clock=clock, sinks=[Watch()])
+
+    @ctrlrun.protect("stripe.refund", control=control)
+    def refund(payment_id: str, amount: int):
+        return "refunded"
+
+    first = ask(refund)
+    ask(refund)  # the same request: not requested again
+    control.approvals.grant(first.request_id, "bob")
+    second = ask(refund, "pay_2")
+    control.approvals.deny(second.request_id, "bob", "no")
+    third = ask(refund, "pay_3")
+    control.approvals.grant(third.request_id, "bob")
+    clock.advance(timedelta(minutes=16))
+    with ctrlrun.context(BOT.agent, BOT.user), ctrlrun.with_approval(third.request_id):
+        with pytest.raises(ctrlrun.ApprovalMismatch):
+            refund("pay_3", BIG)
+    steps = [s for s in seen if s[0] != "receipt"]
+    assert steps == [
+        ("requested", first.request_id),
+        ("granted", first.request_id),
+        ("requested", second.request_id),
+        ("denied", second.request_id),
+        ("requested", third.request_id),
+        ("granted", third.request_id),
+        ("expired", third.request_id),
+    ]

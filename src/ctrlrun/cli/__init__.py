@@ -17,6 +17,7 @@ from ctrlrun.cli.demo import demo
 from ctrlrun.cli.effects import effects, resolve
 from ctrlrun.cli.init import init
 from ctrlrun.cli.inspection import inspect
+from ctrlrun.cli.notify import notify
 from ctrlrun.cli.operations import operations_group
 from ctrlrun.cli.outbox import outbox_group
 from ctrlrun.cli.plans import plans_group
@@ -36,6 +37,7 @@ COMMANDS = (
     approve,
     deny,
     approver_group,
+    notify,
     plans_group,
     operations_group,
     outbox_group,

@@ -22,6 +22,7 @@ from ctrlrun.errors import (
     MismatchReason,
     Refused,
 )
+from ctrlrun.kernel.notify import NotifyTarget
 
 DEFAULT_APPROVAL_TTL: Final = timedelta(minutes=15)
 
@@ -47,6 +48,8 @@ class ApprovalRequestDraft:
     ttl: timedelta = DEFAULT_APPROVAL_TTL
     required: int = 1  # distinct approvers whose grants make it GRANTED
     excluded: tuple[str, ...] = ()  # who may not grant it (the requester, when so configured)
+    notify: tuple[NotifyTarget, ...] = ()  # told of a new request, in its transaction
+    summary: str = ""  # one line for a person, sent to ``notify``
 
 
 @dataclass(frozen=True, slots=True)

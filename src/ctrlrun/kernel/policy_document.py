@@ -16,6 +16,7 @@ from ctrlrun.errors import InvalidArgument, PolicyError
 from ctrlrun.kernel.action import check_action_name
 from ctrlrun.kernel.approval import check_person
 from ctrlrun.kernel.approval_rules import APPROVAL_KEYS, DEFAULT_RULES, ApprovalRules
+from ctrlrun.kernel.notify import NotifyTarget, parse_targets
 from ctrlrun.kernel.policy_model import (
     POLICY_SCHEMA,
     ActionPolicy,
@@ -32,6 +33,11 @@ from ctrlrun.kernel.policy_model import (
 from ctrlrun.kernel.signing import check_public_key
 from ctrlrun.kernel.template import Template
 
+PolicyParts = tuple[
+    tuple[ActionPolicy, ...], tuple[ControlEntry, ...], dict[str, str], tuple[NotifyTarget, ...]
+]
+"""What a policy document holds: entries, controls, approver keys, notify targets."""
+
 KeyPath = tuple[str | int, ...]
 """Where a value sits in the document: mapping keys and list indexes, from the top."""
 
@@ -41,7 +47,7 @@ LineMap = Mapping[KeyPath, int]
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
 
-_TOP_KEYS: Final = ("schema", "actions", "controls", "approvals", "approvers")
+_TOP_KEYS: Final = ("schema", "actions", "controls", "approvals", "approvers", "notify")
 _TOP_REQUIRED: Final = ("schema", "actions")
 _ENTRY_KEYS: Final = (
     "decision",
@@ -134,9 +140,10 @@ class _Reader:
 
 def parse_policy_document(
     data: object, *, lines: LineMap | None = None, source: str | None = None
-) -> tuple[tuple[ActionPolicy, ...], tuple[ControlEntry, ...], dict[str, str]]:
+) -> PolicyParts:
     """The action entries of a ``ctrlrun.policy/v1`` document, in document order, the
-    controls its ``controls`` section defines and the approvers' public keys by name.
+    controls its ``controls`` section defines, the approvers' public keys by name and the
+    targets ``notify`` names.
 
     Raises ``PolicyError`` (naming the key path, the line when ``lines`` has it, and
     ``source`` as ``path``) for any departure from the schema, a control cited by an entry or
@@ -154,7 +161,9 @@ def parse_policy_document(
     defined = {control.control_id for control in controls}
     for entry in entries:
         _check_cited(reader, entry, defined)
-    return entries, controls, _approvers(reader, top.get("approvers", {}))
+    approvers = _approvers(reader, top.get("approvers", {}))
+    notify = reader.checked(("notify",), parse_targets, top.get("notify", []))
+    return entries, controls, approvers, notify
 
 
 def _approvers(reader: _Reader, value: object) -> dict[str, str]:

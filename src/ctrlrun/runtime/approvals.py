@@ -10,6 +10,7 @@ from ctrlrun.errors import InvalidArgument
 from ctrlrun.kernel.action import Action, Principal
 from ctrlrun.kernel.approval import ApprovalRecord, ApprovalStatus, plan_reuse, plan_waiting
 from ctrlrun.kernel.signing import public_key_text, record_message, sign
+from ctrlrun.runtime.sinks import emit_approval
 
 if TYPE_CHECKING:
     from ctrlrun.runtime.control import Control
@@ -47,19 +48,20 @@ class Approvals:
         key, or a key that is not the approver's (nothing written)."""
         store = self._control.store
         keys = self._control.refresh_policy().approvers
-        if not keys and private_key is None:
-            return store.grant_approval(approval_id, approver)
-        record = store.get_approval(approval_id)
-        if record is None:  # the store's own refusal: unknown
-            return store.grant_approval(approval_id, approver)
-        return store.grant_approval(
-            approval_id, approver, sign_grant(keys, record, approver, private_key)
-        )
+        record = store.get_approval(approval_id) if keys or private_key is not None else None
+        signature = None
+        if record is not None:  # an unknown one gets the store's own refusal below
+            signature = sign_grant(keys, record, approver, private_key)
+        granted = store.grant_approval(approval_id, approver, signature)
+        emit_approval(self._control.sinks, "granted", granted)
+        return granted
 
     def deny(self, approval_id: str, approver: str, reason: str | None = None) -> ApprovalRecord:
         """Deny ``approval_id`` as ``approver`` (``reason`` is kept with the denial): the
         identical call is denied until the request would have expired."""
-        return self._control.store.deny_approval(approval_id, approver, reason)
+        denied = self._control.store.deny_approval(approval_id, approver, reason)
+        emit_approval(self._control.sinks, "denied", denied)
+        return denied
 
     def for_action(
         self, name: str, arguments: dict[str, Any], principal: Principal

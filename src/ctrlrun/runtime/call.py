@@ -13,11 +13,12 @@ from ctrlrun.kernel.action import Action
 from ctrlrun.kernel.effect import EffectState
 from ctrlrun.kernel.event import EventDraft, EventType
 from ctrlrun.kernel.policy import ActionPolicy
-from ctrlrun.kernel.receipt import ReceiptResult
+from ctrlrun.kernel.receipt import ReceiptDraft, ReceiptResult
 from ctrlrun.kernel.template import Template
 from ctrlrun.kernel.text import check_label
-from ctrlrun.runtime.receipts import Verdict, describe
+from ctrlrun.runtime.receipts import Verdict, describe, receipt_draft
 from ctrlrun.runtime.reconcile import Reconcile
+from ctrlrun.store.protocol import Started, StateStore
 
 log = logging.getLogger("ctrlrun")
 
@@ -132,3 +133,37 @@ def summarize(action: Action) -> str:
     principal = action.principal
     who = principal.agent if principal.user is None else f"{principal.agent}/{principal.user}"
     return f"{action.name} {action.arguments_text} by {who}"
+
+
+def outcome_draft(
+    call: InFlight, started: Started, result: ReceiptResult, error: str | None, now: datetime
+) -> ReceiptDraft:
+    """The receipt of ``call``'s attempt (as ``started`` granted it) ending in ``result``."""
+    approval = started.approval
+    reservation = started.reservation
+    return receipt_draft(
+        call.action,
+        call.verdict,
+        result,
+        started_at=call.started_at,
+        finished_at=now,
+        effect_key=call.effect_key,
+        attempt=reservation.attempt if reservation is not None else None,
+        approval_id=approval.approval_id if approval else None,
+        approver=approval.approver if approval else None,
+        signatures=approval.signatures if approval else (),
+        error=error,
+    )
+
+
+def committed_receipt(store: StateStore, effect_key: str) -> str | None:
+    """The receipt of the attempt that committed ``effect_key`` (a read on the refusal path
+    only), so an idempotent replay can point at it."""
+    record = store.get_effect(effect_key)
+    if record is None:
+        return None
+    for receipt in reversed(store.receipts(record.action_id)):
+        document = receipt.document
+        if document.get("effect_key") == effect_key and document.get("result") == "committed":
+            return receipt.receipt_id
+    return None

@@ -35,6 +35,7 @@ from ctrlrun.errors import (
     EffectKeyError,
     EffectTemplateChanged,
     InvalidArgument,
+    MismatchReason,
     NotExecuted,
     ProtectionMismatch,
     Refused,
@@ -52,7 +53,7 @@ from ctrlrun.kernel.effect import DEFAULT_LEASE, EffectState
 from ctrlrun.kernel.event import EventDraft, EventType
 from ctrlrun.kernel.policy import ActionPolicy, Decision, Policy
 from ctrlrun.kernel.protection import FindingKind, plan_protection
-from ctrlrun.kernel.receipt import Receipt, ReceiptDraft, ReceiptResult
+from ctrlrun.kernel.receipt import Receipt, ReceiptResult
 from ctrlrun.kernel.template import Template
 from ctrlrun.kernel.text import check_label
 from ctrlrun.runtime.approvals import Approvals
@@ -63,8 +64,10 @@ from ctrlrun.runtime.call import (
     CallSpec,
     InFlight,
     check_size,
+    committed_receipt,
     denied_event,
     make_spec,
+    outcome_draft,
     summarize,
     template_source,
     unrecorded,
@@ -74,7 +77,7 @@ from ctrlrun.runtime.normalize import build_action, normalized
 from ctrlrun.runtime.policy_source import PolicySource
 from ctrlrun.runtime.receipts import Verdict, describe, evaluated, proposed, receipt_draft
 from ctrlrun.runtime.reconcile import Reconcile, reconcile_blocked
-from ctrlrun.runtime.sinks import Sink, emit
+from ctrlrun.runtime.sinks import Sink, emit, emit_approval
 from ctrlrun.store.protocol import FinishRequest, Started, StartRequest, StateStore
 
 log = logging.getLogger("ctrlrun")
@@ -160,6 +163,11 @@ class Control:
     def approvals(self) -> Approvals:
         """The approval requests of this store, answered under this policy."""
         return Approvals(self)
+
+    @property
+    def sinks(self) -> tuple[Sink, ...]:
+        """The sinks every receipt (and approval step) is handed to."""
+        return self._sinks
 
     def now(self) -> datetime:
         """This ``Control``'s clock (receipts and approval expiry are judged by it)."""
@@ -345,8 +353,12 @@ class Control:
             ttl=rules.ttl or self.approval_ttl,
             required=rules.count,
             excluded=requesters(action) if rules.distinct_from_requester else (),
+            notify=self.policy.notify,
+            summary=summarize(call.action),
         )
         record = self.store.put_approval_request(draft, call.pre)
+        if record.approval_id == draft.approval_id:  # a new request, not the pending one
+            emit_approval(self._sinks, "requested", record)
         raise ApprovalRequired(
             f"{call.action.name} needs a human:"
             f" `{command_line('ctrlrun', 'approve', record.approval_id)}`; once granted, the"
@@ -355,7 +367,7 @@ class Control:
             action_id=call.action.action_id,
             action_hash=record.action_hash,
             expires_at=record.expires_at,
-            summary=summarize(call.action),
+            summary=draft.summary,
         )
 
     # --- reserve --------------------------------------------------------------------------
@@ -404,11 +416,13 @@ class Control:
         if isinstance(exc, ApprovalMismatch):
             kind, data = EventType.APPROVAL_INVALIDATED, {"reason": str(exc.reason)}
             approval_id = exc.approval_id  # which approval was refused, for `ctrlrun inspect`
+            if exc.reason is MismatchReason.EXPIRED:
+                self._emit_expired(approval_id)
         elif isinstance(exc, ActionDenied) and exc.reason is DenyReason.APPROVAL_DENIED:
             self._refuse(call, exc, ReceiptResult.DENIED, denied_event(call, exc))
         else:
             if isinstance(exc, AlreadyCommitted) and exc.receipt_id is None:
-                exc.receipt_id = self._committed_receipt(exc.effect_key)
+                exc.receipt_id = committed_receipt(self.store, exc.effect_key)
             kind, data = EventType.EFFECT_RESERVATION_REFUSED, {"reason": str(exc.reason)}
             if isinstance(exc, DuplicateEffect):
                 data["state"] = str(exc.state)
@@ -418,17 +432,10 @@ class Control:
         event = EventDraft(kind, call.action.action_id, call.effect_key, approval_id, data)
         self._refuse(call, exc, result, event)
 
-    def _committed_receipt(self, effect_key: str) -> str | None:
-        """The receipt of the attempt that committed ``effect_key`` (a read on the refusal path
-        only), so an idempotent replay can point at it."""
-        record = self.store.get_effect(effect_key)
-        if record is None:
-            return None
-        for receipt in reversed(self.store.receipts(record.action_id)):
-            document = receipt.document
-            if document.get("effect_key") == effect_key and document.get("result") == "committed":
-                return receipt.receipt_id
-        return None
+    def _emit_expired(self, approval_id: str | None) -> None:
+        record = self.store.get_approval(approval_id) if approval_id and self._sinks else None
+        if record is not None:
+            emit_approval(self._sinks, "expired", record)
 
     def _refuse(
         self, call: InFlight, exc: Refused, result: ReceiptResult, event: EventDraft
@@ -499,7 +506,7 @@ class Control:
     ) -> Receipt:
         attempt = started.reservation.attempt if started.reservation is not None else None
         error = describe(exc) if exc is not None else None
-        draft = self._draft(call, started, OUTCOME_RESULTS[outcome], error, attempt)
+        draft = outcome_draft(call, started, OUTCOME_RESULTS[outcome], error, self._clock())
         data = {"attempt": attempt} if error is None else {"attempt": attempt, "error": error}
         event = EventDraft(
             OUTCOME_EVENTS[outcome], call.action.action_id, call.effect_key, data=data
@@ -557,7 +564,7 @@ class Control:
         detail = f"outcome {outcome} not recorded: {describe(refusal)}"
         if error is not None:
             detail = f"{error}; {detail}"
-        draft = self._draft(call, started, ReceiptResult.AMBIGUOUS, detail, attempt)
+        draft = outcome_draft(call, started, ReceiptResult.AMBIGUOUS, detail, self._clock())
         event = EventDraft(
             EventType.EXECUTION_AMBIGUOUS,
             call.action.action_id,
@@ -567,26 +574,3 @@ class Control:
         stored = self.store.record((event,), draft)
         assert stored is not None
         return stored
-
-    def _draft(
-        self,
-        call: InFlight,
-        started: Started,
-        result: ReceiptResult,
-        error: str | None,
-        attempt: int | None,
-    ) -> ReceiptDraft:
-        approval = started.approval
-        return receipt_draft(
-            call.action,
-            call.verdict,
-            result,
-            started_at=call.started_at,
-            finished_at=self._clock(),
-            effect_key=call.effect_key,
-            attempt=attempt,
-            approval_id=approval.approval_id if approval else None,
-            approver=approval.approver if approval else None,
-            signatures=approval.signatures if approval else (),
-            error=error,
-        )

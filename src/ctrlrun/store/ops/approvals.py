@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from ctrlrun._time import encode_instant
+from ctrlrun.canonical import canonical_text, new_id
 from ctrlrun.errors import ApprovalMismatch, MismatchReason
 from ctrlrun.kernel.approval import (
     ApprovalPlan,
@@ -21,6 +22,8 @@ from ctrlrun.kernel.approval import (
     plan_waiting,
 )
 from ctrlrun.kernel.event import EventDraft, EventType
+from ctrlrun.kernel.notify import TOPIC as NOTIFY_TOPIC
+from ctrlrun.kernel.notify import approval_event
 from ctrlrun.kernel.signing import plan_signed
 from ctrlrun.store.codec import approval_from_row
 from ctrlrun.store.ops import KeptRefusal, Txn
@@ -87,7 +90,36 @@ def put_approval_request_in_txn(txn: Txn, draft: ApprovalRequestDraft) -> Approv
     )
     record = get_approval_in_txn(txn, draft.approval_id)
     assert record is not None
+    _notify_in_txn(txn, draft, record)
     return record
+
+
+def _notify_in_txn(txn: Txn, draft: ApprovalRequestDraft, record: ApprovalRecord) -> None:
+    """One outbox message per ``notify`` target, in the request's own transaction (deduped
+    per request and target)."""
+    if not draft.notify:
+        return
+    event = approval_event(
+        approval_id=record.approval_id,
+        action=record.action,
+        action_hash=record.action_hash,
+        policy_hash=record.policy_hash,
+        expires_at=record.expires_at,
+        summary=draft.summary,
+        created_at=record.created_at,
+    )
+    for target in draft.notify:
+        txn.run(
+            "outbox_enqueue",
+            {
+                "message_id": new_id("msg"),
+                "topic": NOTIFY_TOPIC,
+                "payload_json": canonical_text({"target": target.to_dict(), "event": event}),
+                "dedupe_key": f"{record.approval_id}/{target.name}",
+                "available_at": None,
+                "now": txn.ts(txn.now),
+            },
+        )
 
 
 def _apply_refusal(txn: Txn, record: ApprovalRecord | None, plan: ApprovalPlan) -> None:

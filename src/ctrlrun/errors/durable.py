@@ -41,6 +41,8 @@ class PlanReason(StrEnum):
     EXPIRED = "expired"
     BUSY = "busy"
     TAMPERED = "tampered"
+    UNSIGNED = "unsigned"
+    REQUESTER = "requester"
 
 
 class PlanRefused(Refused):

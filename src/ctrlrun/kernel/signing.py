@@ -29,6 +29,7 @@ from ctrlrun.kernel.approval import ApprovalRecord, Grant
 
 KEY_PREFIX: Final = "ed25519:"
 SIGNING_SCHEMA: Final = "ctrlrun.approval-grant/v1"
+PLAN_SIGNING_SCHEMA: Final = "ctrlrun.plan-approval/v1"
 
 
 def grant_message(
@@ -42,6 +43,19 @@ def grant_message(
             "action_hash": action_hash,
             "policy_hash": policy_hash,
             "expires_at": encode_instant(expires_at),
+            "approver": approver,
+        }
+    )
+
+
+def plan_grant_message(*, plan_id: str, plan_hash: str, approver: str) -> bytes:
+    """The bytes an approver signs to approve plan ``plan_id`` whose steps hash to
+    ``plan_hash``."""
+    return canonical_bytes(
+        {
+            "schema": PLAN_SIGNING_SCHEMA,
+            "plan_id": plan_id,
+            "plan_hash": plan_hash,
             "approver": approver,
         }
     )

@@ -78,6 +78,7 @@ from ctrlrun.runtime.policy_source import PolicySource
 from ctrlrun.runtime.receipts import Verdict, describe, evaluated, proposed, receipt_draft
 from ctrlrun.runtime.reconcile import Reconcile, reconcile_blocked
 from ctrlrun.runtime.sinks import Sink, emit, emit_approval
+from ctrlrun.runtime.tracing import CallTracer, traced
 from ctrlrun.store.protocol import FinishRequest, Started, StartRequest, StateStore
 
 log = logging.getLogger("ctrlrun")
@@ -92,7 +93,8 @@ class Control:
     lapsed (and AMBIGUOUS); ``clock`` stamps receipts; ``sinks`` receive every receipt after the
     store has it and can never fail an action; ``async_workers`` is how many store threads the
     async path uses; ``max_argument_bytes`` caps one call's canonical arguments (a larger call
-    is refused with ``InvalidArgument`` before anything is written).
+    is refused with ``InvalidArgument`` before anything is written); ``tracer`` sees each call
+    whole (``runtime.tracing``; ``ctrlrun.integrations.otel`` for OpenTelemetry).
     """
 
     def __init__(
@@ -106,6 +108,7 @@ class Control:
         sinks: Sequence[Sink] = (),
         async_workers: int = 8,
         max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES,
+        tracer: CallTracer | None = None,
     ) -> None:
         if not isinstance(async_workers, int) or async_workers < 1:
             raise InvalidArgument(f"async_workers must be a positive int, got {async_workers!r}")
@@ -121,7 +124,8 @@ class Control:
         self.lease = check_positive(lease, "lease")
         self.approval_ttl = check_positive(approval_ttl, "approval_ttl")
         self._clock = clock or utc_now
-        self._sinks = tuple(sinks)
+        self.tracer = tracer
+        self._sinks = (*sinks, tracer) if isinstance(tracer, Sink) else tuple(sinks)
         self.async_workers = async_workers
         self._threads: ThreadPoolExecutor | None = None  # the async path's store threads
         self._threads_lock = threading.Lock()
@@ -208,8 +212,9 @@ class Control:
     ) -> tuple[Any, Receipt]:
         """The pipeline; returns the executor's value and the receipt. ``executor`` must be a
         plain function: one that returns an awaitable is refused (use ``arun``)."""
-        call, started = self._begin(action, spec)
-        return self._execute(call, executor, started)
+        with traced(self.tracer, action):
+            call, started = self._begin(action, spec)
+            return self._execute(call, executor, started)
 
     async def aexecute(
         self,
@@ -235,7 +240,8 @@ class Control:
         and the cancellation then propagates. See ``runtime.aio``."""
         from ctrlrun.runtime.aio import run_async
 
-        return await run_async(self, action, executor, spec)
+        with traced(self.tracer, action):
+            return await run_async(self, action, executor, spec)
 
     def check_protection(
         self,

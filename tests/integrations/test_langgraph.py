@@ -140,3 +140,37 @@ def test_a_repeated_call_gets_the_duplicate_text(refund, ran, mode):
     result = invoke(agent(model(call, call), refund), mode, ask("refund twice"))
     first, second = tool_texts(result)
     assert first == "refunded 5" and "already" in second.lower() and ran == [("pay_1", 5)]
+
+
+def test_a_bare_tool_node_with_a_retry_policy_runs_a_refusal_once(refund, ran, mode, store):
+    from langgraph.graph import END, START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode
+    from langgraph.types import RetryPolicy
+
+    guard = CtrlrunMiddleware(principal=lambda request: ctrlrun.Principal("support-bot"))
+    node = ToolNode([refund], wrap_tool_call=guard.wrap, awrap_tool_call=guard.awrap)
+    builder = StateGraph(MessagesState)
+    builder.add_node("tools", node, retry_policy=RetryPolicy(max_attempts=3))
+    builder.add_edge(START, "tools")
+    builder.add_edge("tools", END)
+    graph = builder.compile(checkpointer=InMemorySaver())
+    call = {"name": "refund", "args": {"payment_id": "pay_x", "amount": 90_000_000}, "id": "c1"}
+    result = invoke(graph, mode, {"messages": [AIMessage("", tool_calls=[call])]})
+    [text] = tool_texts(result)
+    assert text.startswith("Not allowed") and ran == []
+    assert len(store.receipts()) == 1  # decided once: nothing retried it
+
+
+def test_a_lost_reply_is_ambiguous_and_the_model_s_retry_is_refused(control, ran, mode, store):
+    @ctrlrun.protect("stripe.refund", control=control)
+    def lossy(payment_id: str, amount: int) -> str:
+        """Refund a payment."""
+        ran.append(payment_id)
+        raise TimeoutError("the provider's reply was lost")
+
+    call = ("lossy", {"payment_id": "pay_1", "amount": 5})
+    result = invoke(agent(model(call, call), as_tool(lossy)), mode, ask("refund"))
+    first, second = tool_texts(result)
+    assert "unknown" in first.lower() and ran == ["pay_1"]
+    assert store.get_effect("refund:pay_1").state is ctrlrun.EffectState.AMBIGUOUS
+    assert "ambiguous" in second.lower() or "unknown" in second.lower()

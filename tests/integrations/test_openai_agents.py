@@ -112,3 +112,19 @@ def test_a_repeated_call_gets_the_duplicate_text(tool, ran):
     result = asyncio.run(Runner.run(agent(tool, call, call), "go"))
     first, second = tool_outputs(result)
     assert first == "refunded 5" and "already" in second.lower() and ran == [("pay_1", 5)]
+
+
+def test_a_lost_reply_is_ambiguous_and_the_model_s_retry_is_refused(control, ran, store):
+    @ctrlrun.protect("stripe.refund", control=control)
+    def refund(payment_id: str, amount: int) -> str:
+        """Refund a payment."""
+        ran.append(payment_id)
+        raise TimeoutError("the provider's reply was lost")
+
+    tool = guarded_tool(refund, control=control, principal=lambda ctx: BOT)
+    call = {"payment_id": "pay_1", "amount": 5}
+    result = asyncio.run(Runner.run(agent(tool, call, call), "go"))
+    first, second = tool_outputs(result)
+    assert "unknown" in first.lower() and ran == ["pay_1"]
+    assert store.get_effect("refund:pay_1").state is ctrlrun.EffectState.AMBIGUOUS
+    assert second != first and ("ambiguous" in second.lower() or "unknown" in second.lower())

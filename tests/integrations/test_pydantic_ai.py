@@ -124,7 +124,7 @@ def test_a_repeated_call_gets_the_duplicate_text_with_the_stored_result(toolset,
     agent = agent_for(scripted(call, call), toolset)
     result = asyncio.run(agent.run("refund pay_1 twice"))
     assert ran == [("pay_1", 5)]
-    assert "already" in result.output.lower()
+    assert "Already done" in result.output and 'its result was "refunded 5"' in result.output
 
 
 def test_a_denied_call_is_a_final_result_the_model_reads(toolset, ran):

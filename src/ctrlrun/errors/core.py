@@ -3,6 +3,7 @@ executor's signal and faults. ``ctrlrun.errors`` re-exports every class."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -268,9 +269,16 @@ class AlreadyCommitted(DuplicateEffect):
     receipt_id: str | None
     _evidence_name = "DuplicateEffect"  # receipts written before the split read the same
     _model_text = (
-        "Already done: this exact effect was carried out before (receipt {receipt_id})."
-        " Do not repeat it."
+        "Already done: this exact effect was carried out before (receipt {receipt_id}); its"
+        " result was {stored}. Do not repeat it."
     )
+
+    def for_model(self) -> str:
+        """The duplicate's text, with the stored result (JSON, clipped): what the model would
+        have been told the first time."""
+        stored = _clip(json.dumps(self.fields().get("result"), default=str, ensure_ascii=False))
+        receipt_id = self.fields().get("receipt_id")
+        return self._model_text.format(receipt_id=receipt_id, stored=stored)
 
     def __init__(
         self, message: str, *, effect_key: str, result: Any = None, receipt_id: str | None = None

@@ -15,6 +15,7 @@ from ctrlrun.cli.common import CtrlrunGroup
 from ctrlrun.cli.conformance import conformance
 from ctrlrun.cli.demo import demo
 from ctrlrun.cli.effects import effects, resolve
+from ctrlrun.cli.gateway import gateway
 from ctrlrun.cli.init import init
 from ctrlrun.cli.inspection import inspect
 from ctrlrun.cli.notify import notify
@@ -42,6 +43,7 @@ COMMANDS = (
     operations_group,
     outbox_group,
     serve,
+    gateway,
     verify,
     check,
     policy_group,

@@ -1,0 +1,124 @@
+"""MCP: a gateway that gives an upstream MCP server's tools the whole of ctrlrun, for agents
+that reach tools only through MCP and whose code cannot change (``ctrlrun gateway``).
+
+``Gateway(control, upstream, alias=…, principal=…)`` serves, as an MCP server of its own
+(``gateway.server()``), the tools of ``upstream`` (a connected ``mcp.Client``):
+
+* ``tools/list`` shows only the tools whose action ``mcp.<alias>.<tool>`` the policy names: a
+  tool the policy does not know is hidden from the model (and refused if called anyway).
+* ``tools/call`` goes through ``Control`` with the call's arguments (its ``_meta`` is never
+  hashed: clients put trace headers there). Outcomes: a complete result is COMMITTED; a result
+  with ``isError`` is AMBIGUOUS (the tool may have acted before it failed) unless the tool is
+  listed in ``not_executed_on_error`` (it errors only before acting: FAILED, retry allowed); an
+  SDK-local error (closed connection, timeout) is AMBIGUOUS. The receipt id travels back in the
+  result's ``_meta`` (``ctrlrun/receipt_id``).
+* A call that needs a person is answered with a tool error carrying the request id and what to
+  do; once a person grants it, the identical re-call runs (identical calls share one request).
+  Every other refusal is a tool error with the model-facing text.
+* The principal is fixed by the operator (flags over stdio), never taken from the client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import ctrlrun
+from ctrlrun.errors import MissingDependency, NotExecuted
+from ctrlrun.runtime.call import CallSpec
+
+try:
+    import mcp_types as types
+    from mcp import Client
+    from mcp.server.lowlevel import Server
+except ImportError as exc:  # pragma: no cover - the extra is installed in the dev env
+    raise MissingDependency(module="mcp", extra="mcp") from exc
+
+RECEIPT_META = "ctrlrun/receipt_id"
+
+
+class UpstreamError(Exception):
+    """The upstream answered ``isError``: what the tool did before failing is unknown."""
+
+    def __init__(self, result: types.CallToolResult) -> None:
+        super().__init__(_text(result) or "the upstream tool reported an error")
+        self.result = result
+
+
+class Gateway:
+    """``upstream``'s tools under ``control``'s policy, as actions ``mcp.<alias>.<tool>``."""
+
+    def __init__(
+        self,
+        control: ctrlrun.Control,
+        upstream: Client,
+        *,
+        alias: str,
+        principal: ctrlrun.Principal,
+        not_executed_on_error: Iterable[str] = (),
+    ) -> None:
+        self.control = control
+        self.upstream = upstream
+        self.alias = alias
+        self.principal = principal
+        self.not_executed_on_error = frozenset(not_executed_on_error)
+
+    def action(self, tool: str) -> str:
+        """The action name the policy knows ``tool`` by."""
+        return f"mcp.{self.alias}.{tool}"
+
+    def server(self) -> Server[Any]:
+        """The MCP server clients connect to."""
+        return Server(
+            f"ctrlrun-gateway-{self.alias}",
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+        )
+
+    async def _list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
+        listed = await self.upstream.list_tools()
+        policy = self.control.refresh_policy()
+        tools = [t for t in listed.tools if policy.entry(self.action(t.name)) is not None]
+        return types.ListToolsResult(tools=tools)
+
+    async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> Any:
+        return await self.call(params.name, dict(params.arguments or {}))
+
+    async def call(self, tool: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        """Call ``tool`` upstream under ctrlrun; the result the client receives."""
+        upstream, quiet = self.upstream, tool in self.not_executed_on_error
+
+        async def executor(**canonical: Any) -> dict[str, Any]:
+            result = await upstream.call_tool(tool, canonical)
+            if result.is_error:
+                if quiet:
+                    raise NotExecuted(_text(result) or "the tool refused before acting")
+                raise UpstreamError(result)
+            return result.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+        try:
+            action = self.control.build(self.action(tool), arguments, self.principal)
+            value, receipt = await self.control.arun(action, executor, CallSpec())
+        except ctrlrun.ApprovalRequired as needed:
+            return _error(
+                f"{needed.for_model()} Once a person approves it (`ctrlrun approve"
+                f" {needed.request_id}`), the identical call runs."
+            )
+        except ctrlrun.CtrlrunError as refused:
+            return _error(refused.for_model())
+        except UpstreamError as failed:
+            return _error(f"The tool reported an error; whether it acted is unknown: {failed}")
+        except Exception as lost:  # an SDK-local error: closed connection, timeout
+            return _error(f"The outcome is unknown ({type(lost).__name__}); do not retry it.")
+        result = types.CallToolResult.model_validate(value)
+        meta = dict(result.meta or {})
+        meta[RECEIPT_META] = receipt.receipt_id
+        return result.model_copy(update={"meta": meta})
+
+
+def _error(text: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
+
+
+def _text(result: types.CallToolResult) -> str:
+    return " ".join(getattr(block, "text", "") for block in result.content).strip()

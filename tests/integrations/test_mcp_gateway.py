@@ -1,0 +1,197 @@
+"""The MCP gateway against a real upstream MCP server run as a stdio subprocess, with an
+in-process MCP client, on both stores: tools the policy does not name are hidden and refused;
+an allowed call runs once and returns its receipt id in _meta; an approval round trip; an
+upstream error is AMBIGUOUS unless the tool is declared to fail before acting; a repeated call
+is the duplicate text and never reaches the upstream."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import Client, StdioServerParameters
+
+import ctrlrun
+from ctrlrun import Control, EffectState, Policy
+from ctrlrun.integrations.mcp import RECEIPT_META, Gateway
+
+TESTS = Path(__file__).resolve().parents[1]
+
+POLICY = """\
+schema: ctrlrun.policy/v1
+actions:
+  mcp.pay.refund:
+    effect: "refund:{payment_id}"
+    rules:
+      - when: {amount_lte: 1000}
+        decision: allow
+      - decision: approve
+  mcp.pay.explode:
+    decision: allow
+    effect: "explode:{payment_id}"
+  mcp.pay.decline:
+    decision: allow
+    effect: "decline:{payment_id}"
+"""
+
+
+@pytest.fixture
+def control(store, clock):
+    return Control(Policy.from_yaml(POLICY), store, clock=clock)
+
+
+@pytest.fixture
+def calls(tmp_path):
+    folder = tmp_path / "calls"
+    folder.mkdir()
+    return folder
+
+
+def through_gateway(control, calls, work):
+    """Run ``work(client, gateway)`` with a gateway in front of the stdio upstream."""
+    upstream = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "support.mcp_upstream", str(calls)],
+        cwd=str(TESTS),
+    )
+
+    async def main():
+        async with Client(upstream) as connected:
+            gateway = Gateway(
+                control,
+                connected,
+                alias="pay",
+                principal=ctrlrun.Principal("desktop-agent", "alice"),
+                not_executed_on_error=["decline"],
+            )
+            async with Client(gateway.server()) as client:
+                return await work(client, gateway)
+
+    return anyio.run(main)
+
+
+def text(result):
+    return " ".join(getattr(block, "text", "") for block in result.content)
+
+
+def ran(calls, prefix):
+    return sorted(p.name for p in calls.iterdir() if p.name.startswith(prefix))
+
+
+def test_only_named_tools_are_listed_and_others_are_refused(control, calls, store):
+    async def work(client, gateway):
+        names = sorted(t.name for t in (await client.list_tools()).tools)
+        refused = await client.call_tool("secret", {"x": 1})
+        return names, refused
+
+    names, refused = through_gateway(control, calls, work)
+    assert names == ["decline", "explode", "refund"]
+    assert refused.is_error and text(refused).startswith("Not allowed")
+    assert [r["result"] for r in store.receipts()] == ["denied"]
+
+
+def test_an_allowed_call_runs_once_and_carries_its_receipt(control, calls, store):
+    async def work(client, gateway):
+        first = await client.call_tool("refund", {"payment_id": "pay_1", "amount": 5})
+        again = await client.call_tool("refund", {"payment_id": "pay_1", "amount": 5})
+        return first, again
+
+    first, again = through_gateway(control, calls, work)
+    assert not first.is_error and text(first) == "refunded 5 on pay_1"
+    [receipt] = [r for r in store.receipts() if r["result"] == "committed"]
+    assert first.meta[RECEIPT_META] == receipt.receipt_id
+    assert again.is_error and text(again).startswith("Already done")
+    assert len(ran(calls, "refund-pay_1")) == 1
+
+
+def test_an_approval_round_trip(control, calls, store):
+    async def ask(client, gateway):
+        return await client.call_tool("refund", {"payment_id": "pay_big", "amount": 5000})
+
+    waiting = through_gateway(control, calls, ask)
+    assert waiting.is_error and "ctrlrun approve apr_" in text(waiting)
+    [request] = store.list_approvals()
+    control.approvals.grant(request.approval_id, "bob")
+    done = through_gateway(control, calls, ask)
+    assert text(done) == "refunded 5000 on pay_big" and len(ran(calls, "refund-pay_big")) == 1
+    [receipt] = [r for r in store.receipts() if r["result"] == "committed"]
+    assert receipt["approver"] == "bob"
+    assert receipt["principal"] == {"agent": "desktop-agent", "user": "alice"}
+
+
+def test_an_upstream_error_is_ambiguous_unless_declared_before_acting(control, calls, store):
+    async def work(client, gateway):
+        exploded = await client.call_tool("explode", {"payment_id": "p1"})
+        retried = await client.call_tool("explode", {"payment_id": "p1"})
+        declined = await client.call_tool("decline", {"payment_id": "p2"})
+        return exploded, retried, declined
+
+    exploded, retried, declined = through_gateway(control, calls, work)
+    assert exploded.is_error and "unknown" in text(exploded)
+    assert store.get_effect("explode:p1").state is EffectState.AMBIGUOUS
+    assert retried.is_error and len(ran(calls, "explode-p1")) == 1  # the retry never went up
+    assert declined.is_error and store.get_effect("decline:p2").state is EffectState.FAILED
+
+
+def test_the_cli_gateway_serves_over_stdio(tmp_path, calls):
+    """`ctrlrun gateway` as an MCP client launches it (a desktop assistant's stdio config)."""
+    policy = tmp_path / "ctrlrun.yaml"
+    policy.write_text(POLICY)
+    store = ctrlrun.SQLiteStateStore(tmp_path / "state.db", create=True)
+    store.close()
+    upstream = f"{sys.executable} -m support.mcp_upstream {calls}"
+    script = Path(sys.executable).with_name("ctrlrun")
+    served = StdioServerParameters(
+        command=str(script),
+        args=[
+            "gateway",
+            "--upstream-stdio",
+            upstream,
+            "--alias",
+            "pay",
+            "--principal",
+            "desktop-agent/alice",
+            "--policy",
+            str(policy),
+            "--store-url",
+            f"sqlite:///{tmp_path / 'state.db'}",
+        ],
+        cwd=str(TESTS),
+    )
+
+    async def main():
+        async with Client(served) as client:
+            names = sorted(t.name for t in (await client.list_tools()).tools)
+            done = await client.call_tool("refund", {"payment_id": "pay_cli", "amount": 7})
+            return names, done
+
+    names, done = anyio.run(main)
+    assert names == ["decline", "explode", "refund"] and text(done) == "refunded 7 on pay_cli"
+    reopened = ctrlrun.SQLiteStateStore(tmp_path / "state.db")
+    try:
+        [receipt] = reopened.receipts()
+        assert receipt["principal"] == {"agent": "desktop-agent", "user": "alice"}
+        assert receipt["action"] == "mcp.pay.refund" and receipt["result"] == "committed"
+    finally:
+        reopened.close()
+
+
+def test_eight_concurrent_clients_on_one_effect_key_run_it_once(control, calls, store):
+    async def work(client, gateway):
+        answers = []
+
+        async def one():
+            async with Client(gateway.server()) as own:
+                answers.append(await own.call_tool("refund", {"payment_id": "pay_c", "amount": 9}))
+
+        async with anyio.create_task_group() as group:
+            for _ in range(8):
+                group.start_soon(one)
+        return answers
+
+    answers = through_gateway(control, calls, work)
+    assert len(answers) == 8 and len(ran(calls, "refund-pay_c")) == 1
+    assert sum(not a.is_error for a in answers) == 1
+    assert store.get_effect("refund:pay_c").state is EffectState.COMMITTED

@@ -1,0 +1,51 @@
+"""A real upstream MCP server (the SDK's MCPServer), run as a stdio subprocess by the gateway
+tests: ``python -m support.mcp_upstream CALLS_DIR``. Every execution of ``refund`` leaves a
+marker file in CALLS_DIR, so "ran exactly once" is visible across processes; ``explode`` acts
+and then reports an error; ``decline`` reports an error before acting; ``secret`` is a tool the
+policy does not name."""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("payments")
+CALLS = sys.argv[1] if len(sys.argv) > 1 else "."
+
+
+def mark(name: str) -> None:
+    with open(os.path.join(CALLS, f"{name}-{uuid.uuid4().hex}"), "w") as out:
+        out.write(name)
+
+
+@server.tool()
+def refund(payment_id: str, amount: int) -> str:
+    """Refund a payment."""
+    mark(f"refund-{payment_id}")
+    return f"refunded {amount} on {payment_id}"
+
+
+@server.tool()
+def explode(payment_id: str) -> str:
+    """Act, then fail."""
+    mark(f"explode-{payment_id}")
+    raise RuntimeError("exploded after acting")
+
+
+@server.tool()
+def decline(payment_id: str) -> str:
+    """Fail before acting."""
+    raise RuntimeError("declined: nothing done")
+
+
+@server.tool()
+def secret(x: int) -> int:
+    """Not in the policy."""
+    return x
+
+
+if __name__ == "__main__":
+    server.run("stdio")

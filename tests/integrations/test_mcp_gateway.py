@@ -6,6 +6,8 @@ is the duplicate text and never reaches the upstream."""
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -34,6 +36,9 @@ actions:
   mcp.pay.decline:
     decision: allow
     effect: "decline:{payment_id}"
+  mcp.pay.hang:
+    decision: allow
+    effect: "hang:{payment_id}"
 """
 
 
@@ -87,7 +92,7 @@ def test_only_named_tools_are_listed_and_others_are_refused(control, calls, stor
         return names, refused
 
     names, refused = through_gateway(control, calls, work)
-    assert names == ["decline", "explode", "refund"]
+    assert names == ["decline", "explode", "hang", "refund"]
     assert refused.is_error and text(refused).startswith("Not allowed")
     assert [r["result"] for r in store.receipts()] == ["denied"]
 
@@ -168,7 +173,9 @@ def test_the_cli_gateway_serves_over_stdio(tmp_path, calls):
             return names, done
 
     names, done = anyio.run(main)
-    assert names == ["decline", "explode", "refund"] and text(done) == "refunded 7 on pay_cli"
+    assert (
+        names == ["decline", "explode", "hang", "refund"] and text(done) == "refunded 7 on pay_cli"
+    )
     reopened = ctrlrun.SQLiteStateStore(tmp_path / "state.db")
     try:
         [receipt] = reopened.receipts()
@@ -195,3 +202,31 @@ def test_eight_concurrent_clients_on_one_effect_key_run_it_once(control, calls, 
     assert len(answers) == 8 and len(ran(calls, "refund-pay_c")) == 1
     assert sum(not a.is_error for a in answers) == 1
     assert store.get_effect("refund:pay_c").state is EffectState.COMMITTED
+
+
+def test_an_upstream_killed_mid_call_is_ambiguous_and_the_re_call_refused(control, calls, store):
+    pid_file = calls / "upstream.pid"
+
+    async def work(client, gateway):
+        answers = []
+
+        async def call():
+            answers.append(await client.call_tool("hang", {"payment_id": "p9"}))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(call)
+            with anyio.fail_after(30):
+                while not pid_file.exists():  # the tool has acted: it wrote its pid
+                    await anyio.sleep(0.01)
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        return answers[0]
+
+    lost = through_gateway(control, calls, work)
+    assert lost.is_error and "unknown" in text(lost)
+    assert store.get_effect("hang:p9").state is EffectState.AMBIGUOUS
+
+    async def again(client, gateway):
+        return await client.call_tool("hang", {"payment_id": "p9"})
+
+    refused = through_gateway(control, calls, again)
+    assert refused.is_error and len(ran(calls, "hang-p9")) == 1

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import uuid
 
 from mcp.server.mcpserver import MCPServer
@@ -39,6 +40,16 @@ def explode(payment_id: str) -> str:
 def decline(payment_id: str) -> str:
     """Fail before acting."""
     raise RuntimeError("declined: nothing done")
+
+
+@server.tool()
+def hang(payment_id: str) -> str:
+    """Act, leave this process's pid, then never answer (the test kills the process)."""
+    mark(f"hang-{payment_id}")
+    with open(os.path.join(CALLS, "upstream.pid"), "w") as out:
+        out.write(str(os.getpid()))
+    threading.Event().wait()
+    return "never"
 
 
 @server.tool()

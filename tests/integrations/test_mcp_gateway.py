@@ -230,3 +230,58 @@ def test_an_upstream_killed_mid_call_is_ambiguous_and_the_re_call_refused(contro
 
     refused = through_gateway(control, calls, again)
     assert refused.is_error and len(ran(calls, "hang-p9")) == 1
+
+
+def test_the_cli_gateway_serves_streamable_http_on_loopback_only(tmp_path, calls):
+    import http.client
+    import subprocess
+
+    policy = tmp_path / "ctrlrun.yaml"
+    policy.write_text(POLICY)
+    ctrlrun.SQLiteStateStore(tmp_path / "state.db", create=True).close()
+    upstream = f"{sys.executable} -m support.mcp_upstream {calls}"
+    script = Path(sys.executable).with_name("ctrlrun")
+    args = [str(script), "gateway", "--upstream-stdio", upstream, "--alias", "pay"]
+    args += ["--principal", "web-agent", "--policy", str(policy), "--listen", "127.0.0.1:0"]
+    args += ["--store-url", f"sqlite:///{tmp_path / 'state.db'}"]
+    served = subprocess.Popen(args, cwd=TESTS, stderr=subprocess.PIPE, text=True)
+    try:
+        line = served.stderr.readline()  # "gateway on http://127.0.0.1:PORT/mcp"
+        assert line.startswith("gateway on http://127.0.0.1:"), line
+        url = line.split()[-1]
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+
+        async def main():
+            async with Client(url) as client:
+                return await client.call_tool("refund", {"payment_id": "pay_h", "amount": 3})
+
+        assert text(anyio.run(main)) == "refunded 3 on pay_h"
+        initialize = (
+            '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":'
+            '"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}'
+        )
+        headers = {
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+        }
+        statuses = {}
+        for name in (f"127.0.0.1:{port}", "evil.example"):
+            probe = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            probe.request("POST", "/mcp", body=initialize, headers={**headers, "Host": name})
+            statuses[name] = probe.getresponse().status
+            probe.close()
+        assert statuses[f"127.0.0.1:{port}"] == 200
+        assert statuses["evil.example"] in (403, 421)  # a rebound name is not served
+    finally:
+        served.terminate()
+        served.wait(timeout=30)
+
+
+def test_a_gateway_without_a_principal_refuses_anonymous_calls(control, calls, store):
+    async def work(client, gateway):
+        gateway.principal = None
+        return await client.call_tool("refund", {"payment_id": "pay_1", "amount": 5})
+
+    refused = through_gateway(control, calls, work)
+    assert refused.is_error and "anonymous" in text(refused)
+    assert not store.receipts() and not ran(calls, "refund")

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import shlex
+import socket
+from typing import Any
 
 import click
 
-from ctrlrun.cli.common import Refusal, store_url_option
+from ctrlrun.cli.common import Refusal, say, store_url_option
+from ctrlrun.loopback import is_loopback
 
 
 @click.command("gateway")
@@ -32,6 +35,12 @@ from ctrlrun.cli.common import Refusal, store_url_option
     help="A tool whose errors always come before it acts (its error is FAILED, not AMBIGUOUS).",
 )
 @click.option("--policy", "policy", metavar="PATH", help="The policy file (ctrlrun.yaml).")
+@click.option(
+    "--listen",
+    metavar="HOST:PORT",
+    help="Serve over streamable HTTP at http://HOST:PORT/mcp instead of stdio (port 0: any).",
+)
+@click.option("--allow-remote", is_flag=True, help="With --listen: a non-loopback address.")
 @store_url_option
 def gateway(  # noqa: PLR0917 - click passes one argument per option
     command: str,
@@ -39,10 +48,13 @@ def gateway(  # noqa: PLR0917 - click passes one argument per option
     principal: str,
     quiet: tuple[str, ...],
     policy: str | None,
+    listen: str | None,
+    allow_remote: bool,
     store_url: str | None,
 ) -> None:
-    """Serve the upstream MCP server's tools over stdio: only the tools the policy names are
-    listed, and every call goes through ctrlrun (docs/gateway.md)."""
+    """Serve the upstream MCP server's tools over stdio (or streamable HTTP with --listen):
+    only the tools the policy names are listed, and every call goes through ctrlrun
+    (docs/gateway.md)."""
     import anyio
 
     import ctrlrun
@@ -52,8 +64,28 @@ def gateway(  # noqa: PLR0917 - click passes one argument per option
         raise Refusal("--upstream-stdio is empty: give the upstream server's command line")
     agent, _, user = principal.partition("/")
     who = ctrlrun.Principal(agent, user or None)
+    sock = None if listen is None else _listening(listen, allow_remote=allow_remote)
     control = _control(policy, store_url)
-    anyio.run(_serve, control, argv, alias, who, quiet)
+    anyio.run(_serve, control, argv, alias, who, quiet, sock)
+
+
+def _listening(listen: str, *, allow_remote: bool) -> socket.socket:
+    host, _, port = listen.rpartition(":")
+    if not host or not port.isdigit():
+        raise Refusal(f"--listen takes HOST:PORT, got {listen!r}")
+    host = host.strip("[]")
+    if not is_loopback(host) and not allow_remote:
+        raise Refusal(f"refusing to listen on {host}: pass --allow-remote to expose the gateway")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, int(port)))
+    except OSError as exc:
+        sock.close()
+        raise Refusal(f"cannot listen on {listen}: {exc.strerror or exc}") from exc
+    sock.listen(128)
+    return sock
 
 
 def _control(policy: str | None, store_url: str | None) -> object:
@@ -65,8 +97,13 @@ def _control(policy: str | None, store_url: str | None) -> object:
     return ctrlrun.Control.from_file(policy, **kwargs)
 
 
-async def _serve(
-    control: object, argv: list[str], alias: str, who: object, quiet: tuple[str, ...]
+async def _serve(  # noqa: PLR0917 - the command's parts, passed through anyio.run
+    control: object,
+    argv: list[str],
+    alias: str,
+    who: object,
+    quiet: tuple[str, ...],
+    sock: socket.socket | None,
 ) -> None:
     from mcp import Client, StdioServerParameters
     from mcp.server.stdio import stdio_server
@@ -82,5 +119,21 @@ async def _serve(
             principal=who,  # type: ignore[arg-type]
             not_executed_on_error=quiet,
         ).server()
+        if sock is not None:
+            await _serve_http(served, sock)
+            return
         async with stdio_server() as (read, write):
             await served.run(read, write, served.create_initialization_options())
+
+
+async def _serve_http(served: Any, sock: socket.socket) -> None:
+    """Streamable HTTP on ``sock``; on loopback the SDK answers only Host and Origin values
+    naming loopback (DNS rebinding)."""
+    import uvicorn
+
+    host, port = sock.getsockname()[:2]
+    app = served.streamable_http_app(host=host if is_loopback(host) else "0.0.0.0")  # noqa: S104
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
+    shown = f"[{host}]" if ":" in host else host
+    say(f"gateway on http://{shown}:{port}/mcp", err=True)
+    await uvicorn.Server(config).serve(sockets=[sock])

@@ -15,7 +15,10 @@ that reach tools only through MCP and whose code cannot change (``ctrlrun gatewa
 * A call that needs a person is answered with a tool error carrying the request id and what to
   do; once a person grants it, the identical re-call runs (identical calls share one request).
   Every other refusal is a tool error with the model-facing text.
-* The principal is fixed by the operator (flags over stdio), never taken from the client.
+* The principal is fixed by the operator (flags), or over HTTP taken from a verified access
+  token (its client id, and its subject as the user; ``server().streamable_http_app(
+  token_verifier=…, auth=…)``); never from what the client says. No token and no fixed
+  principal: refused.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from ctrlrun.runtime.call import CallSpec
 try:
     import mcp_types as types
     from mcp import Client
+    from mcp.server.auth.middleware.auth_context import get_access_token
     from mcp.server.lowlevel import Server
 except ImportError as exc:  # pragma: no cover - the extra is installed in the dev env
     raise MissingDependency(module="mcp", extra="mcp") from exc
@@ -54,7 +58,7 @@ class Gateway:
         upstream: Client,
         *,
         alias: str,
-        principal: ctrlrun.Principal,
+        principal: ctrlrun.Principal | None,
         not_executed_on_error: Iterable[str] = (),
     ) -> None:
         self.control = control
@@ -84,9 +88,20 @@ class Gateway:
     async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> Any:
         return await self.call(params.name, dict(params.arguments or {}))
 
+    def who(self) -> ctrlrun.Principal | None:
+        """Who this call is made as: the client of a verified access token (its client id,
+        and its subject as the user), else the fixed principal; None: refused."""
+        token = get_access_token()
+        if token is not None:
+            return ctrlrun.Principal(token.client_id, token.subject)
+        return self.principal
+
     async def call(self, tool: str, arguments: dict[str, Any]) -> types.CallToolResult:
         """Call ``tool`` upstream under ctrlrun; the result the client receives."""
         upstream, quiet = self.upstream, tool in self.not_executed_on_error
+        who = self.who()
+        if who is None:
+            return _error("Refused: anonymous calls are not served (no verified token).")
 
         async def executor(**canonical: Any) -> dict[str, Any]:
             result = await upstream.call_tool(tool, canonical)
@@ -97,7 +112,7 @@ class Gateway:
             return result.model_dump(mode="json", by_alias=True, exclude_none=True)
 
         try:
-            action = self.control.build(self.action(tool), arguments, self.principal)
+            action = self.control.build(self.action(tool), arguments, who)
             value, receipt = await self.control.arun(action, executor, CallSpec())
         except ctrlrun.ApprovalRequired as needed:
             return _error(

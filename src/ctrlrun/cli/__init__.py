@@ -11,6 +11,7 @@ import click
 from ctrlrun.cli.approvals import approvals, approve, deny
 from ctrlrun.cli.common import CtrlrunGroup
 from ctrlrun.cli.conformance import conformance
+from ctrlrun.cli.console import console, console_account
 from ctrlrun.cli.demo import demo
 from ctrlrun.cli.effects import effects, resolve
 from ctrlrun.cli.init import init
@@ -36,6 +37,8 @@ COMMANDS = (
     operations_group,
     outbox_group,
     serve,
+    console,
+    console_account,
     verify,
     conformance,
 )

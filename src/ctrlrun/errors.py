@@ -437,6 +437,26 @@ class WriteFailed(StoreError):
         super().__init__(message, sqlstate=sqlstate, operation=operation)
 
 
+class OutcomeUnrecorded(StoreError):
+    """The executor ran, but the store could not record its outcome (the second write failed).
+
+    Whatever the store's own error says, this is not "nothing happened": the effect may well
+    have taken place. The key stays held by this attempt and is AMBIGUOUS once its lease
+    expires, so no retry can run it again blindly. ``intended`` is the outcome that was not
+    recorded (``committed``, ``failed`` or ``ambiguous``); the store's error is the cause.
+    """
+
+    effect_key: str | None
+    intended: str
+    _model_text = (
+        "The action ran, but its outcome could not be recorded; whether it took effect must"
+        " be checked by a person. Do not retry."
+    )
+
+    def __init__(self, message: str, *, effect_key: str | None, intended: str) -> None:
+        super().__init__(message, effect_key=effect_key, intended=intended)
+
+
 class AmbiguityReason(StrEnum):
     """Why a store write whose COMMIT went unanswered could not be settled."""
 

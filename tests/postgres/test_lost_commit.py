@@ -23,6 +23,7 @@ from ctrlrun.errors import (
     DuplicateEffect,
     DuplicateState,
     NotExecuted,
+    OutcomeUnrecorded,
 )
 from ctrlrun.kernel.approval import ApprovalRequestDraft, ApprovalStatus
 from ctrlrun.kernel.effect import EffectState
@@ -380,10 +381,11 @@ class TestNoWayBack:
             pg_proxy.cut_before_commit(times=1000)
             raise NotExecuted("card declined")
 
-        with pytest.raises(AmbiguousWrite) as caught:
+        with pytest.raises(OutcomeUnrecorded) as caught:  # the executor ran: said so
             control.execute(action, declined)
-        assert not isinstance(caught.value, NotExecuted)
-        assert caught.value.reason is AmbiguityReason.REISSUE_UNKNOWN
+        assert not isinstance(caught.value, NotExecuted) and caught.value.intended == "failed"
+        assert isinstance(caught.value.__cause__, AmbiguousWrite)
+        assert caught.value.__cause__.reason is AmbiguityReason.REISSUE_UNKNOWN
         assert direct.get_effect(KEY).state is EffectState.EXECUTING  # never FAILED
         assert pg_proxy.cuts_before_commit == 2
         pg_proxy.cut_before_commit(0)

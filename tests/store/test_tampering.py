@@ -88,3 +88,20 @@ def test_a_deleted_head_is_never_ok(chained):
     tamper(chained, "DELETE FROM receipt_chain")
     report = chained.open().verify_chain()
     assert not report.ok and report.head is None
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        "UPDATE receipts SET result = 'failed' WHERE seq = 2",
+        "UPDATE receipts SET action_id = 'act_other' WHERE seq = 2",
+        "UPDATE receipts SET effect_key = 'refund:someone_else' WHERE seq = 2",
+        "UPDATE receipts SET receipt_id = 'rcp_other' WHERE seq = 2",
+    ],
+    ids=["result", "action_id", "effect_key", "receipt_id"],
+)
+def test_an_indexed_column_edited_away_from_its_document(chained, edit):
+    """Queries filter on these columns (`receipts --action`, the committed-receipt lookup), so
+    a column that disagrees with the hashed document is a named break at its seq."""
+    tamper(chained, edit)
+    assert breaks(chained) == [("column_mismatch", 2)]

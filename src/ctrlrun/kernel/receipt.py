@@ -40,6 +40,7 @@ class BreakKind(StrEnum):
     MISSING = "missing"
     HEAD_MISMATCH = "head_mismatch"
     UNCHAINED = "unchained"
+    COLUMN_MISMATCH = "column_mismatch"
 
 
 class ChainBreak(NamedTuple):
@@ -82,6 +83,9 @@ class StoredReceipt:
     receipt_id: str
     text: str
     hash: str | None
+    columns: tuple[str, str | None, str] | None = None
+    """The indexed columns ``(action_id, effect_key, result)`` when read for verification:
+    queries filter on them, so they must say what the hashed document says."""
 
     @property
     def document(self) -> dict[str, Any]:
@@ -219,7 +223,8 @@ def chain_receipt(draft: Mapping[str, Any], head: ChainHead) -> tuple[int, str, 
 def verify_chain(rows: Iterable[StoredReceipt], head: ChainHead | None) -> ChainReport:
     """Walk ``rows`` (any order; positioned by their ``seq`` column) against ``head``.
 
-    Per chained row at most one of ``hash_missing``, ``content_altered``, ``link_broken``; a
+    Per chained row at most one of ``hash_missing``, ``content_altered``, ``link_broken``,
+    ``column_mismatch`` (an indexed column or the receipt id differs from the document); a
     gap in seq is ``missing`` at the first absent seq; the head disagreeing with the last row is
     ``head_mismatch``; a row without seq is ``unchained``. One altered field or column yields
     exactly one break: after a content break the walk accepts either the stored or the
@@ -257,7 +262,18 @@ def _check_row(row: StoredReceipt, links: set[str]) -> tuple[BreakKind | None, s
         return BreakKind.CONTENT_ALTERED, {recomputed, row.hash}
     if document.get("prev_hash") not in links or document.get("seq") != row.seq:
         return BreakKind.LINK_BROKEN, {row.hash}
+    if _columns_differ(row, document):
+        return BreakKind.COLUMN_MISMATCH, {row.hash}
     return None, {row.hash}
+
+
+def _columns_differ(row: StoredReceipt, document: dict[str, Any]) -> bool:
+    if document.get("receipt_id") != row.receipt_id:
+        return True
+    if row.columns is None:
+        return False
+    said = (document.get("action_id"), document.get("effect_key"), document.get("result"))
+    return said != row.columns
 
 
 def _parse(text: str) -> dict[str, Any] | None:

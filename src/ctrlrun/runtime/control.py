@@ -34,7 +34,9 @@ from ctrlrun.errors import (
     EffectKeyError,
     InvalidArgument,
     NotExecuted,
+    OutcomeUnrecorded,
     Refused,
+    StoreError,
 )
 from ctrlrun.kernel.action import Action
 from ctrlrun.kernel.approval import DEFAULT_APPROVAL_TTL, ApprovalRequestDraft
@@ -422,19 +424,22 @@ class Control:
             events=(event,),
         )
         try:
-            receipt = self.store.finish_action(request)
-        except Refused as refusal:
-            receipt = self._outcome_refused(
-                call,
-                started=started,
-                outcome=outcome,
-                error=error,
-                refusal=refusal,
-                attempt=attempt,
-            )
-            if outcome is not EffectState.AMBIGUOUS:
-                emit(self._sinks, receipt)
-                raise refusal from exc
+            try:
+                receipt = self.store.finish_action(request)
+            except Refused as refusal:
+                receipt = self._outcome_refused(
+                    call,
+                    started=started,
+                    outcome=outcome,
+                    error=error,
+                    refusal=refusal,
+                    attempt=attempt,
+                )
+                if outcome is not EffectState.AMBIGUOUS:
+                    emit(self._sinks, receipt)
+                    raise refusal from exc
+        except StoreError as failure:  # after the executor ran: never "nothing happened"
+            raise _unrecorded(call, outcome, failure) from failure
         emit(self._sinks, receipt)
         return receipt
 
@@ -503,6 +508,27 @@ _OUTCOME_EVENTS = {
 
 
 _OUTCOME_RESULTS = {state: ReceiptResult(state.value) for state in _OUTCOME_EVENTS}
+
+
+def _unrecorded(call: InFlight, outcome: EffectState, failure: StoreError) -> OutcomeUnrecorded:
+    key = call.effect_key
+    held = (
+        f"; {key!r} stays held and becomes AMBIGUOUS when its lease expires"
+        if key is not None
+        else ""
+    )
+    log.error(
+        "ctrlrun: %s ran but its outcome %s was not recorded: %s",
+        call.action.name,
+        outcome,
+        failure,
+    )
+    return OutcomeUnrecorded(
+        f"{call.action.name}: the executor ran, but its outcome ({outcome}) could not be"
+        f" recorded: {describe(failure)}{held}",
+        effect_key=key,
+        intended=str(outcome),
+    )
 
 
 def _denied_event(call: InFlight, exc: ActionDenied) -> EventDraft:

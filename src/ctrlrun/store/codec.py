@@ -81,14 +81,16 @@ def event_from_row(row: Row, read_ts: ReadTs) -> Event:
     )
 
 
-def receipt_from_row(row: Row) -> StoredReceipt:
-    """A ``StoredReceipt`` exactly as stored."""
+def receipt_from_row(row: Row, *, columns: bool = False) -> StoredReceipt:
+    """A ``StoredReceipt`` exactly as stored; with ``columns``, its indexed columns too (the
+    row must have them), for verification."""
     seq = row["seq"]
     return StoredReceipt(
         seq=None if seq is None else int(seq),
         receipt_id=row["receipt_id"],
         text=row["document"],
         hash=row["hash"],
+        columns=(row["action_id"], row["effect_key"], row["result"]) if columns else None,
     )
 
 

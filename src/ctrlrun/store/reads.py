@@ -82,4 +82,7 @@ class StoreReads:
 
     def verify_chain(self) -> ChainReport:
         """See ``StateStore.verify_chain``."""
-        return verify_chain(self.receipts(), self.chain_head())
+        rows = self._rows("receipt_list_verify")
+        return verify_chain(
+            (codec.receipt_from_row(r, columns=True) for r in rows), self.chain_head()
+        )

@@ -137,6 +137,10 @@ WHERE receipt_id = %(receipt_id)s;
 SELECT receipt_id, seq, document, hash FROM {schema}.receipts
 ORDER BY seq NULLS LAST, created_at;
 
+-- name: receipt_list_verify
+SELECT receipt_id, seq, action_id, effect_key, result, document, hash FROM {schema}.receipts
+ORDER BY seq NULLS LAST, created_at;
+
 -- name: receipt_list_by_action
 SELECT receipt_id, seq, document, hash FROM {schema}.receipts WHERE action_id = %(action_id)s
 ORDER BY seq NULLS LAST, created_at;

@@ -97,6 +97,10 @@ VALUES (:receipt_id, :seq, :action_id, :effect_key, :result, :document, :hash, :
 SELECT receipt_id, seq, document, hash FROM receipts
 ORDER BY seq IS NULL, seq, created_at;
 
+-- name: receipt_list_verify
+SELECT receipt_id, seq, action_id, effect_key, result, document, hash FROM receipts
+ORDER BY seq IS NULL, seq, created_at;
+
 -- name: receipt_list_by_action
 SELECT receipt_id, seq, document, hash FROM receipts WHERE action_id = :action_id
 ORDER BY seq IS NULL, seq, created_at;

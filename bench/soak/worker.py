@@ -28,7 +28,7 @@ from typing import Any
 from journal import Journal, read_journals
 
 import ctrlrun
-from ctrlrun.runtime.control import CallSpec
+from ctrlrun.runtime.call import CallSpec
 
 FAULTS = (
     ("ok", 70),

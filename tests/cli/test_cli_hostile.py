@@ -69,7 +69,7 @@ def test_escaped_json_is_the_same_json_and_shows_nothing_unsafe(value):
 def hostile(empty):
     """A project whose store holds hostile text in every field a listing shows."""
     (empty / "ctrlrun.yaml").write_text(POLICY)
-    control = ctrlrun.Control.from_file()
+    control = ctrlrun.Control.from_file(create=True)
     store = control.store
 
     @ctrlrun.protect("notify.send", control=control)
@@ -175,7 +175,7 @@ def between_backticks(message: str) -> str:
 
 def test_the_resolve_hint_of_an_ambiguous_key_pastes_as_one_argument(empty):
     (empty / "ctrlrun.yaml").write_text(POLICY)
-    control = ctrlrun.Control.from_file()
+    control = ctrlrun.Control.from_file(create=True)
 
     @ctrlrun.protect("notify.post", control=control)
     def post(message_id: str, body: str) -> str:
@@ -205,7 +205,7 @@ def test_the_resolve_hint_of_an_ambiguous_key_pastes_as_one_argument(empty):
 
 def test_the_approve_hints_paste_as_written(hostile, empty):
     assert command_line("ctrlrun", "approve", "apr_1") == "ctrlrun approve apr_1"
-    control = ctrlrun.Control.from_file()
+    control = ctrlrun.Control.from_file(create=True)
 
     @ctrlrun.protect("notify.send", control=control)
     def send(message_id: str, body: str) -> str:

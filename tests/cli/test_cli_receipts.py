@@ -192,10 +192,13 @@ class TestInspect:
             "approvals",
             "effect_key",
             "effect",
+            "effect_template",
             "receipts",
             "events",
         }
         assert document["schema"] == "ctrlrun.inspection/v1"
+        assert document["effect_template"]["template"] == "refund:{payment_id}"
+        assert document["effect_template"]["accepted_by"] is None
         assert document["effect"]["state"] == "ambiguous"
         assert document["receipts"][0]["result"] == "ambiguous"
         assert document["decision"]["decision"] == "allow"

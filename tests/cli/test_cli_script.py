@@ -50,11 +50,15 @@ def test_the_script_is_installed_and_lists_its_commands_in_workflow_order(tmp_pa
         "approvals",
         "approve",
         "deny",
+        "approver",
+        "notify",
         "plans",
         "operations",
         "outbox",
         "serve",
         "verify",
+        "check",
+        "policy",
         "conformance",
     ]
     version = ctrlrun("--version", cwd=tmp_path, env=shell_env)

@@ -149,7 +149,7 @@ class TestInFlight:
             # the re-issue, waiting on the in-flight insert (the in-flight message, whose text
             # holds the same call, waits on the advisory lock instead)
             wait_for_lock_waiter(
-                pg_schema.server, "%.ctrlrun_reserve_effect(%", event="transactionid"
+                pg_schema.server, "%.ctrlrun_reserve_templated(%", event="transactionid"
             )
             holder.execute("SELECT pg_advisory_unlock(4242)")
         started = attempt.result(30)

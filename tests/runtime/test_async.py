@@ -29,7 +29,7 @@ from ctrlrun import (
 from ctrlrun.durable import PlanRunner, Plans, Steps
 from ctrlrun.errors import AlreadyCommitted, InProgress
 from ctrlrun.kernel.action import Action, Principal
-from ctrlrun.runtime.control import CallSpec
+from ctrlrun.runtime.call import CallSpec
 
 BOT = ("support-bot", "alice")
 
@@ -364,14 +364,18 @@ class TestShapes:
             def refund(payment_id: str, amount: int):
                 return None
 
-    def test_a_policy_template_naming_an_excluded_parameter_denies_the_call(self, control, store):
+    def test_a_policy_template_naming_an_excluded_parameter_refuses_the_call(self, control, store):
         @ctrlrun.protect("stripe.refund", control=control, exclude=("payment_id",))
         def refund(payment_id: str, amount: int):
             return None
 
-        with ctrlrun.context(*BOT), pytest.raises(ctrlrun.EffectKeyError):
+        with ctrlrun.context(*BOT), pytest.raises(ctrlrun.ProtectionMismatch) as caught:
             refund("pay_1", 5)
-        assert store.get_effect("refund:pay_1") is None
+        assert caught.value.findings == (
+            "stripe.refund: the effect template 'refund:{payment_id}' names 'payment_id',"
+            " which the function has no parameter for",
+        )
+        assert store.get_effect("refund:pay_1") is None and not store.receipts()
 
 
 class TestPrincipal:

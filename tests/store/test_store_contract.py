@@ -50,9 +50,9 @@ def finish(store, action_id="act_1", key=KEY, attempt=1, outcome=EffectState.COM
     )
 
 
-def request_approval(store, approval_id="apr_1", ttl=timedelta(minutes=15)):
+def request_approval(store, approval_id="apr_1", ttl=timedelta(minutes=15), action_hash=HASH):
     draft = ApprovalRequestDraft(
-        approval_id, {"action_id": "act_0", "name": "a.b"}, HASH, "sha256:policy", ttl
+        approval_id, {"action_id": "act_0", "name": "a.b"}, action_hash, "sha256:policy", ttl
     )
     return store.put_approval_request(draft)
 
@@ -351,7 +351,7 @@ class TestApprovals:
 
     def test_listing_by_status(self, store):
         request_approval(store, "apr_1")
-        request_approval(store, "apr_2")
+        request_approval(store, "apr_2", action_hash="sha256:" + "b" * 64)
         store.grant_approval("apr_2", "alice")
         assert [a.approval_id for a in store.list_approvals(ApprovalStatus.PENDING)] == ["apr_1"]
         assert len(store.list_approvals()) == 2
@@ -405,3 +405,27 @@ class TestExtensionPoint:
         with pytest.raises(RuntimeError):
             store.transact(work)
         assert store.events() == ()
+
+
+class TestApprovalReuse:
+    def test_an_identical_pending_request_is_returned_not_duplicated(self, store):
+        first = request_approval(store, "apr_1")
+        again = request_approval(store, "apr_2")
+        assert again.approval_id == "apr_1" == first.approval_id
+        assert [a.approval_id for a in store.list_approvals()] == ["apr_1"]
+        reused = [e for e in store.events() if e.type is EventType.APPROVAL_REUSED]
+        assert [e.approval_id for e in reused] == ["apr_1"]
+
+    def test_another_policy_or_an_expired_request_makes_a_new_one(self, store, clock):
+        request_approval(store, "apr_1", ttl=timedelta(seconds=5))
+        other = ApprovalRequestDraft("apr_2", {"action_id": "act_0"}, HASH, "sha256:other")
+        assert store.put_approval_request(other).approval_id == "apr_2"
+        clock.advance(timedelta(seconds=6))
+        assert request_approval(store, "apr_3").approval_id == "apr_3"
+
+    def test_find_approvals_lists_every_status_for_one_action(self, store):
+        request_approval(store, "apr_1")
+        store.grant_approval("apr_1", "alice")
+        request_approval(store, "apr_2", action_hash="sha256:" + "b" * 64)
+        found = store.find_approvals(HASH, "sha256:policy")
+        assert [(a.approval_id, a.status) for a in found] == [("apr_1", ApprovalStatus.GRANTED)]

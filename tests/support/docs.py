@@ -12,7 +12,8 @@ A page is read as a sequence of fenced blocks, executed in order in one scratch 
   ``INSTALL_LINES`` (the Makefile and those lines are checked elsewhere).
 
 Output is compared after normalising what legitimately differs between runs: generated ids
-(``apr_``/``act_``/``rcp_`` + 32 hex digits) and hashes (a receipt's hash covers its ids) are
+(``apr_``/``act_``/``rcp_`` + 32 hex digits), hashes (a receipt's hash covers its ids) and
+generated public keys (``ed25519:`` + base64) are
 matched as a consistent one-to-one renaming, the ids learned this way are substituted into
 later commands; timestamps become
 ``<time>``; ``PLACEHOLDER_ROOT`` in the page stands for the scratch directory.
@@ -28,7 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 FENCE = re.compile(r"^```(\S*)[ \t]*(\S*)[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
-IDS = re.compile(r"\b(?:(?:apr|act|rcp)_[0-9a-f]{32}|sha256:[0-9a-f]{64})\b")
+IDS = re.compile(
+    r"\b(?:(?:apr|act|rcp)_[0-9a-f]{32}|sha256:[0-9a-f]{64})\b|\bed25519:[A-Za-z0-9+/]{43}="
+)
 TIMES = re.compile(r"\b\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z")
 PLACEHOLDER_ROOT = "/home/you/ctrlrun"
 ALLOWED_BASH = {"make demo", "make test"}

@@ -31,7 +31,9 @@ def modules_loaded_by(imports: str, packages: set[str], modules: set[str]) -> st
 def test_import_ctrlrun_imports_no_optional_dependency():
     optional = {"psycopg", "psycopg_binary", "starlette", "uvicorn", "click", "hypothesis"}
     optional |= {"anyio", "asyncio"}  # the async driver loads on the first async call
-    assert modules_loaded_by("ctrlrun", optional, {"ctrlrun.cli", "ctrlrun.postgres"}) == ""
+    optional |= {"cryptography", "standardwebhooks", "opentelemetry", "pydantic_ai"}
+    ours = {"ctrlrun.cli", "ctrlrun.postgres", "ctrlrun.integrations.otel"}
+    assert modules_loaded_by("ctrlrun", optional, ours) == ""
 
 
 def test_the_documents_client_side_imports_no_server_dependency():
@@ -49,6 +51,16 @@ def test_the_server_without_its_extra_raises_missing_dependency():
         "except MissingDependency as exc:\n    print(exc.module, exc.extra)"
     )
     assert run_probe(probe) == "starlette server"
+
+
+def test_the_otel_adapter_without_its_extra_raises_missing_dependency():
+    probe = (
+        "import sys; sys.modules['opentelemetry'] = None\n"
+        "from ctrlrun.errors import MissingDependency\n"
+        "try:\n    import ctrlrun.integrations.otel\n"
+        "except MissingDependency as exc:\n    print(exc.module, exc.extra)"
+    )
+    assert run_probe(probe) == "opentelemetry-api otel"
 
 
 @pytest.mark.parametrize("path", sorted((SRC / "kernel").glob("*.py")), ids=lambda p: p.name)

@@ -167,9 +167,11 @@ class TestLocate:
         monkeypatch.delenv("CTRLRUN_STORE_URL", raising=False)
         policy = tmp_path / "ctrlrun.yaml"
         assert default_store_path(policy) == tmp_path / ".ctrlrun" / "state.db"
-        store = open_default_store(policy)
+        store = open_default_store(policy, create=True)
         assert store.path == tmp_path / ".ctrlrun" / "state.db"
 
     def test_the_store_url_variable_wins(self, monkeypatch, tmp_path):
         monkeypatch.setenv("CTRLRUN_STORE_URL", f"sqlite:///{tmp_path}/elsewhere.db")
-        assert open_default_store(tmp_path / "ctrlrun.yaml").path.name == "elsewhere.db"
+        assert (
+            open_default_store(tmp_path / "ctrlrun.yaml", create=True).path.name == "elsewhere.db"
+        )

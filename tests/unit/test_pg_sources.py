@@ -19,10 +19,14 @@ STATEMENTS = [
     *((mid, text) for mid, text in migration_files("postgres")),
 ]
 SESSION_STATEMENT = re.compile(r"(SET\s+(?!LOCAL\b)|RESET|PREPARE|LISTEN|DISCARD)\b", re.I)
-SESSION_ANYWHERE = re.compile(r"pg_advisory|\bTEMP(ORARY)?\b|set_config\([^)]*false", re.I)
-# a row lock (FOR UPDATE) is not a table reference, and a CTE's own name needs no schema
+# a transaction-scoped advisory lock ends with its transaction, as pgbouncer needs
+SESSION_ANYWHERE = re.compile(
+    r"pg_advisory_(?!xact_)|\bTEMP(ORARY)?\b|set_config\([^)]*false", re.I
+)
+# a row lock (FOR UPDATE) and an upsert's DO UPDATE are not table references, and a CTE's own
+# name needs no schema
 TABLE_REF = re.compile(
-    r"(?<!\bFOR )\b(FROM|INTO|UPDATE|JOIN|TABLE)\s+(?!\(|\{schema\}\.|pg_catalog\.)(\w+)"
+    r"(?<!\bFOR )(?<!\bDO )\b(FROM|INTO|UPDATE|JOIN|TABLE)\s+(?!\(|\{schema\}\.|pg_catalog\.)(\w+)"
 )
 CTE_NAME = re.compile(r"\b(\w+)\s+AS\s+\(", re.IGNORECASE)
 

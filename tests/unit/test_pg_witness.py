@@ -171,6 +171,8 @@ class TestOtherWitnesses:
             "answered_at": NOW,
             "consumed_at": None,
             "consumed_by": None,
+            "required": 1,
+            "excluded_json": "[]",
         }
         assert found.judge({**other, "status": "pending"}) is Verdict.NOT_LANDED
         assert found.judge(other) is Verdict.OTHER
@@ -206,6 +208,8 @@ def _approval_row():
         "expires_at": LEASE,
         "approver": "a",
         "answered_at": NOW,
+        "required": 1,
+        "excluded_json": "[]",
     }
 
 

@@ -99,7 +99,15 @@ def _rows(path: Path) -> dict[str, list[list[object]]]:
     try:
         return {
             table: [list(row) for row in conn.execute(f"SELECT * FROM {table} ORDER BY 1")]
-            for table in ("effects", "approvals", "events", "receipts", "receipt_chain")
+            for table in (
+                "effects",
+                "approvals",
+                "approval_grants",
+                "effect_templates",
+                "events",
+                "receipts",
+                "receipt_chain",
+            )
         }
     finally:
         conn.close()

@@ -9,6 +9,8 @@ from __future__ import annotations
 import click
 
 from ctrlrun.cli.approvals import approvals, approve, deny
+from ctrlrun.cli.approver import approver_group
+from ctrlrun.cli.check import check
 from ctrlrun.cli.common import CtrlrunGroup
 from ctrlrun.cli.conformance import conformance
 from ctrlrun.cli.console import console, console_account
@@ -16,9 +18,11 @@ from ctrlrun.cli.demo import demo
 from ctrlrun.cli.effects import effects, resolve
 from ctrlrun.cli.init import init
 from ctrlrun.cli.inspection import inspect
+from ctrlrun.cli.notify import notify
 from ctrlrun.cli.operations import operations_group
 from ctrlrun.cli.outbox import outbox_group
 from ctrlrun.cli.plans import plans_group
+from ctrlrun.cli.policy import policy_group
 from ctrlrun.cli.receipts import receipts
 from ctrlrun.cli.serve import serve
 from ctrlrun.cli.verify import verify
@@ -33,6 +37,8 @@ COMMANDS = (
     approvals,
     approve,
     deny,
+    approver_group,
+    notify,
     plans_group,
     operations_group,
     outbox_group,
@@ -40,6 +46,8 @@ COMMANDS = (
     console,
     console_account,
     verify,
+    check,
+    policy_group,
     conformance,
 )
 

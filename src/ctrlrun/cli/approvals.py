@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import click
@@ -29,6 +30,8 @@ from ctrlrun.cli.common import (
 from ctrlrun.kernel.approval import ApprovalRecord, ApprovalStatus
 from ctrlrun.kernel.event import EventType
 from ctrlrun.store.protocol import StateStore
+
+APPROVER_ENV = "CTRLRUN_APPROVER"
 
 HEADER = ("APPROVAL", "STATUS", "EXPIRES", "ACTION", "REQUESTED BY", "ARGUMENTS")
 
@@ -133,12 +136,47 @@ def approvals(status: str | None, pending: bool, as_json: bool, store_url: str |
     table(rows, header=HEADER, color_column=1)
 
 
-def _answered(verb: str, record: ApprovalRecord) -> None:
+def _answered(verb: str, record: ApprovalRecord, person: str) -> None:
     action = record.action
     say(
-        f"{verb} {record.approval_id} by {CLI_PERSON}: {action.get('name', '-')}"
+        f"{verb} {record.approval_id} by {person}: {action.get('name', '-')}"
         f" {compact(action.get('arguments', {}))} for {who(action.get('principal'))}"
     )
+
+
+def person_option(fn: Any) -> Any:
+    """``--as NAME`` (or ``$CTRLRUN_APPROVER``): who is answering; default ``cli:local``."""
+    option = click.option(
+        "--as",
+        "person",
+        envvar=APPROVER_ENV,
+        default=CLI_PERSON,
+        show_default=True,
+        metavar="NAME",
+        help=f"Who is answering (env {APPROVER_ENV}); with --key, the approver whose key signs.",
+    )
+    return option(fn)
+
+
+def _signature(store: StateStore, approval_id: str, person: str, key: str | None) -> str | None:
+    """``person``'s signature of the request with the private key in file ``key``, checked
+    against the approvers the policy file names (when it is there and names any)."""
+    if key is None:
+        return None
+    from ctrlrun.runtime.approvals import sign_grant
+
+    record = store.get_approval(approval_id)
+    if record is None:
+        raise Refusal(f"approval {approval_id} is unknown")
+    return sign_grant(_approver_keys(), record, person, Path(key).read_bytes())
+
+
+def _approver_keys() -> dict[str, str]:
+    from ctrlrun.kernel.policy import Policy
+    from ctrlrun.runtime.locate import policy_path
+
+    path = policy_path()
+    return dict(Policy.from_file(path).approvers) if path.is_file() else {}
 
 
 @click.command()
@@ -149,14 +187,23 @@ def _answered(verb: str, record: ApprovalRecord) -> None:
     metavar="HASH",
     help="The action hash you reviewed: refused (nothing written) unless it is the request's.",
 )
+@click.option(
+    "--key",
+    metavar="FILE",
+    help="Sign the grant with this Ed25519 private key (`ctrlrun approver keygen`).",
+)
+@person_option
 @store_url_option
-def approve(approval_id: str, action_hash: str | None, store_url: str | None) -> None:
-    """Grant the pending request ID, as cli:local.
+def approve(
+    approval_id: str, action_hash: str | None, key: str | None, person: str, store_url: str | None
+) -> None:
+    """Grant the pending request ID, as --as NAME (default cli:local), signed with --key.
 
     The grant authorises exactly the action shown (its hash), once, until the request
-    expires; the agent presents it with `ctrlrun.with_approval(ID)`. With --hash, the grant is
-    refused unless HASH is the hash of the action the request holds. An unknown, answered or
-    expired request is refused (exit 1).
+    expires; the identical call then runs (or presents it with `ctrlrun.with_approval(ID)`).
+    With --hash, the grant is refused unless HASH is the hash of the action the request
+    holds. When the policy names approvers, only a grant signed by one of them counts. An
+    unknown, answered or expired request is refused (exit 1).
     """
     with existing_store(store_url, writing=True) as store:
         if action_hash is not None:
@@ -166,8 +213,13 @@ def approve(approval_id: str, action_hash: str | None, store_url: str | None) ->
                     f"approval {approval_id} is for action {held.action_hash}, not the"
                     f" {action_hash} you reviewed; nothing granted"
                 )
-        record = store.grant_approval(approval_id, CLI_PERSON)
-    _answered("granted", record)
+        signature = _signature(store, approval_id, person, key)
+        record = store.grant_approval(approval_id, person, signature)
+    if record.status is ApprovalStatus.PENDING:  # more approvers must grant it too
+        _answered("granted", record, person)
+        say(f"still pending: it needs {record.required} distinct approvers")
+        return
+    _answered("granted", record, person)
     say(
         f"expires {when(record.expires_at)}; single use, for exactly this action"
         f" ({record.action_hash})"
@@ -177,11 +229,13 @@ def approve(approval_id: str, action_hash: str | None, store_url: str | None) ->
 @click.command()
 @click.argument("approval_id", metavar="ID")
 @click.option("--reason", metavar="TEXT", help="Why: recorded with the denial, shown by inspect.")
+@person_option
 @store_url_option
-def deny(approval_id: str, reason: str | None, store_url: str | None) -> None:
-    """Deny the pending request ID, as cli:local. The agent's call is then denied."""
+def deny(approval_id: str, reason: str | None, person: str, store_url: str | None) -> None:
+    """Deny the pending request ID, as --as NAME (default cli:local). The identical call
+    is then denied until the request would have expired."""
     with existing_store(store_url, writing=True) as store:
-        record = store.deny_approval(approval_id, CLI_PERSON, reason)
-    _answered("denied", record)
+        record = store.deny_approval(approval_id, person, reason)
+    _answered("denied", record, person)
     if reason is not None:
         say(f"reason: {reason}")

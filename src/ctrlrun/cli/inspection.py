@@ -20,6 +20,7 @@ from ctrlrun.cli.common import (
     Refusal,
     compact,
     existing_store,
+    instant,
     json_line,
     store_url_option,
     table,
@@ -33,6 +34,7 @@ from ctrlrun.kernel.approval import ApprovalRecord, ApprovalStatus
 from ctrlrun.kernel.effect import EffectRecord
 from ctrlrun.kernel.event import Event, EventType
 from ctrlrun.kernel.receipt import Receipt
+from ctrlrun.runtime.key_templates import KeyTemplate, effect_templates
 from ctrlrun.store.protocol import StateStore
 
 INSPECTION_SCHEMA: Final = "ctrlrun.inspection/v1"
@@ -53,6 +55,7 @@ class Inspection:
     reasons: dict[str, str] = field(default_factory=dict)
     receipts: list[Receipt] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
+    key_template: KeyTemplate | None = None
 
 
 def gather(store: StateStore, subject: str) -> Inspection:
@@ -75,11 +78,20 @@ def gather(store: StateStore, subject: str) -> Inspection:
     if not own and not found.receipts and not found.approvals:
         raise Refusal(f"no action {subject} in this store")
     ids = {a.approval_id for a in found.approvals}
-    answers = [e for e in store.events() if e.approval_id in ids and e.action_id != action_id]
-    found.events = sorted([*own, *answers], key=lambda e: e.event_id)
+    everything = store.events()
+    answers = [e for e in everything if e.approval_id in ids and e.action_id != action_id]
     found.reasons = denial_reasons(store, found.approvals)
     documents = [d for d in map(read_document, found.receipts) if isinstance(d, dict)]
     _fill_action(found, own, documents)
+    name = (found.action or {}).get("name")
+    if isinstance(name, str):  # the template its keys are reserved under, and its changes
+        found.key_template = next(iter(effect_templates(store, name)), None)
+        answers += [
+            e
+            for e in everything
+            if e.type is EventType.EFFECT_TEMPLATE_ACCEPTED and e.data.get("action") == name
+        ]
+    found.events = sorted([*own, *answers], key=lambda e: e.event_id)
     found.effect_key = next(
         (str(k) for k in (*(d.get("effect_key") for d in documents), *_keys(own)) if k), None
     )
@@ -130,9 +142,25 @@ def inspection_json(found: Inspection) -> dict[str, Any]:
         ],
         "effect_key": found.effect_key,
         "effect": None if found.effect is None else effect_document(found.effect, now),
+        "effect_template": _template_document(found.key_template),
         "receipts": [receipt_json(r) for r in found.receipts],
         "events": [e.to_dict() for e in found.events],
     }
+
+
+def _template_document(template: KeyTemplate | None) -> dict[str, Any] | None:
+    if template is None:
+        return None
+    return {
+        "template": template.template,
+        "recorded_at": instant(template.recorded_at),
+        "accepted_by": template.accepted_by,
+    }
+
+
+def _template_line(template: KeyTemplate) -> str:
+    how = f"accepted by {template.accepted_by}" if template.accepted_by else "recorded by a call"
+    return f"{template.template}  {how} {when(template.recorded_at)}"
 
 
 def _decision_line(decision: Mapping[str, Any] | None) -> str:
@@ -216,6 +244,8 @@ def header_lines(found: Inspection) -> list[tuple[str, str]]:
         for a in found.approvals
     ]
     lines.append(("effect", _effect_line(found)))
+    if found.key_template is not None:
+        lines.append(("template", _template_line(found.key_template)))
     return lines + _receipt_lines(found)
 
 

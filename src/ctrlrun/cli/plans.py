@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 import click
@@ -123,16 +124,30 @@ def _header(record: Any) -> list[tuple[str, str]]:
 @plans_group.command("approve")
 @click.argument("plan_id")
 @click.option("--hash", "plan_hash", help="the hash you reviewed (default: the stored one)")
-@click.option("--by", "person", help="who approves (default: $CTRLRUN_USER or the OS user)")
+@click.option(
+    "--by",
+    "--as",
+    "person",
+    help="who approves (default: $CTRLRUN_USER or the OS user); with --key, whose key signs",
+)
+@click.option("--key", metavar="FILE", help="sign the approval with this Ed25519 private key")
 @store_option
 def approve_plan(
-    plan_id: str, plan_hash: str | None, person: str | None, store_url: str | None
+    plan_id: str, plan_hash: str | None, person: str | None, key: str | None, store_url: str | None
 ) -> None:
-    """Approve the whole plan, bound to its hash."""
+    """Approve the whole plan, bound to its hash; signed with --key when the policy names
+    approvers (the runner refuses an unsigned approval then)."""
     with refusals():
         plans = _plans(store_url, writing=True)
         presented = plan_hash or _stored_hash(plans, plan_id)
-        record = plans.approve(plan_id, plan_hash=presented, approver=person or default_person())
+        approver = person or default_person()
+        signature = None
+        if key is not None:
+            from ctrlrun.kernel.signing import plan_grant_message, sign
+
+            message = plan_grant_message(plan_id=plan_id, plan_hash=presented, approver=approver)
+            signature = sign(Path(key).read_bytes(), message)
+        record = plans.approve(plan_id, plan_hash=presented, approver=approver, signature=signature)
         say(f"approved {record.plan_id} {record.approved_hash} by {record.approver}")
 
 

@@ -82,11 +82,14 @@ class Plans:
 
         return self.store.transact(work)
 
-    def approve(self, plan_id: str, *, plan_hash: str, approver: str) -> PlanRecord:
-        """PENDING → APPROVED, bound to ``plan_hash`` (what the person saw). Refused
-        (``PlanRefused``) if the hash differs, the stored steps drifted, it is not pending, or
-        it expired (then it is written EXPIRED first)."""
-        return self._answer(plan_id, plan_hash, approver, PlanStatus.APPROVED)
+    def approve(
+        self, plan_id: str, *, plan_hash: str, approver: str, signature: str | None = None
+    ) -> PlanRecord:
+        """PENDING → APPROVED, bound to ``plan_hash`` (what the person saw), with the
+        approver's ``signature`` of ``plan_grant_message`` when the policy names approvers
+        (the runner verifies it). Refused (``PlanRefused``) if the hash differs, the stored
+        steps drifted, it is not pending, or it expired (then it is written EXPIRED first)."""
+        return self._answer(plan_id, plan_hash, approver, PlanStatus.APPROVED, signature)
 
     def reject(self, plan_id: str, *, approver: str, plan_hash: str | None = None) -> PlanRecord:
         """PENDING → REJECTED (terminal). Without ``plan_hash`` it rejects whatever is stored."""
@@ -96,7 +99,12 @@ class Plans:
         return self._answer(plan_id, plan_hash, approver, PlanStatus.REJECTED)
 
     def _answer(
-        self, plan_id: str, presented: str, approver: str, status: PlanStatus
+        self,
+        plan_id: str,
+        presented: str,
+        approver: str,
+        status: PlanStatus,
+        signature: str | None = None,
     ) -> PlanRecord:
         check_person(approver)
 
@@ -115,6 +123,7 @@ class Plans:
                 approver=approver,
                 plan_hash=presented,
                 approved_hash=presented if status is PlanStatus.APPROVED else None,
+                signature=signature,
             )
             if txn.run("plan_answer", params) != 1:
                 raise PlanRefused(

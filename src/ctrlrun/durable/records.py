@@ -60,6 +60,7 @@ def plan_from_row(row: Row, read_ts: ReadTs) -> PlanRecord:
         next_step=int(row["next_step"]),
         interruptions=int(row["interruptions"]),
         error=row["error"],
+        approval_signature=row["approval_signature"],
     )
 
 

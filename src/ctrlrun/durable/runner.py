@@ -33,6 +33,7 @@ from typing import Any
 from ctrlrun._time import check_positive, encode_receipt_instant
 from ctrlrun.canonical import derived_uuid, new_id
 from ctrlrun.durable.base import DurableStore, lease_params, stamp
+from ctrlrun.durable.plan_identity import plan_approval_refusal
 from ctrlrun.durable.plans import (
     Plans,
     apply_decision_in_txn,
@@ -64,7 +65,8 @@ from ctrlrun.kernel.plan import (
     plan_claim,
     step_receipt_document,
 )
-from ctrlrun.runtime.control import CallSpec, Control
+from ctrlrun.runtime.call import CallSpec
+from ctrlrun.runtime.control import Control
 from ctrlrun.runtime.normalize import build_action
 from ctrlrun.runtime.receipts import describe
 from ctrlrun.store.codec import result_json
@@ -216,8 +218,10 @@ class PlanRunner:
     def run(self, plan_id: str) -> PlanOutcome:
         """Run (or resume) ``plan_id`` to a terminal status, or answer from its receipts.
 
-        Raises ``PlanRefused`` (unknown, not approved, busy, expired, tampered) before anything
-        runs, ``InvalidArgument`` for a step with no handler, and ``ClaimLost`` if this worker
+        Raises ``PlanRefused`` (unknown, not approved, busy, expired, tampered; with a
+        ``control`` whose policy names approvers, unsigned; approved by its own requester where
+        a step's action says ``distinct_from_requester``) before anything runs,
+        ``InvalidArgument`` for a step with no handler, and ``ClaimLost`` if this worker
         was fenced out mid-run (the plan belongs to whoever claimed it since).
         """
         record = self.plans.get(plan_id)
@@ -228,6 +232,10 @@ class PlanRunner:
         if record.terminal:
             return PlanOutcome(record, self.plans.receipts(plan_id), ())
         self._check_handlers(record)
+        if self.control is not None:  # who approved, under the policy the steps run under
+            refusal = plan_approval_refusal(record, self.control.refresh_policy())
+            if refusal is not None:
+                raise refusal
         claim = self._claim_in_txn(plan_id)
 
         def claim_and_read(txn: Txn) -> tuple[PlanRecord, tuple[StepRecord, ...]]:

@@ -8,6 +8,7 @@ inside its write transaction, in a fixed order.
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -21,6 +22,7 @@ from ctrlrun.errors import (
     MismatchReason,
     Refused,
 )
+from ctrlrun.kernel.notify import NotifyTarget
 
 DEFAULT_APPROVAL_TTL: Final = timedelta(minutes=15)
 
@@ -44,6 +46,10 @@ class ApprovalRequestDraft:
     action_hash: str
     policy_hash: str
     ttl: timedelta = DEFAULT_APPROVAL_TTL
+    required: int = 1  # distinct approvers whose grants make it GRANTED
+    excluded: tuple[str, ...] = ()  # who may not grant it (the requester, when so configured)
+    notify: tuple[NotifyTarget, ...] = ()  # told of a new request, in its transaction
+    summary: str = ""  # one line for a person, sent to ``notify``
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +67,9 @@ class ApprovalRecord:
     answered_at: datetime | None = None
     consumed_at: datetime | None = None
     consumed_by: str | None = None  # the action_id that spent it
+    required: int = 1
+    excluded: tuple[str, ...] = ()
+    signatures: tuple[tuple[str, str], ...] = ()  # (approver, signature) checked at consumption
 
     def is_expired(self, now: datetime) -> bool:
         """True once ``now`` is past the request's expiry."""
@@ -85,13 +94,21 @@ def _mismatch(approval_id: str, reason: MismatchReason, detail: str) -> Approval
 
 
 def plan_consume(
-    record: ApprovalRecord | None, *, approval_id: str, action_hash: str, now: datetime
+    record: ApprovalRecord | None,
+    *,
+    approval_id: str,
+    action_hash: str,
+    now: datetime,
+    policy_hash: str | None = None,
 ) -> ApprovalPlan:
-    """May ``approval_id`` authorise an action hashing to ``action_hash`` now?
+    """May ``approval_id`` authorise an action hashing to ``action_hash``, decided under
+    ``policy_hash`` (when given), now?
 
     Checked in this order: unknown → mismatch (before status, so a mutated action leaves the
-    approval granted for the original) → denied (``ActionDenied``) → not granted → expired
-    (the record is written EXPIRED before the refusal is raised).
+    approval granted for the original) → policy changed (a person approved the action under
+    the policy it was requested under; the approval stays granted, unused) → denied
+    (``ActionDenied``) → not granted → expired (the record is written EXPIRED before the
+    refusal is raised).
     """
     if record is None:
         return ApprovalPlan(_mismatch(approval_id, MismatchReason.UNKNOWN, "is unknown"))
@@ -101,6 +118,15 @@ def plan_consume(
                 approval_id,
                 MismatchReason.MISMATCH,
                 f"was granted for {record.action_hash}, not for {action_hash}",
+            )
+        )
+    if policy_hash is not None and record.policy_hash != policy_hash:
+        return ApprovalPlan(
+            _mismatch(
+                approval_id,
+                MismatchReason.POLICY_CHANGED,
+                f"was requested under policy {record.policy_hash}, and the policy is now"
+                f" {policy_hash}: request the approval again",
             )
         )
     if record.status is ApprovalStatus.DENIED:
@@ -141,6 +167,82 @@ def _expired(record: ApprovalRecord) -> ApprovalPlan:
     return ApprovalPlan(
         _mismatch(record.approval_id, MismatchReason.EXPIRED, detail),
         expire=record.status is not ApprovalStatus.EXPIRED,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """One approver's grant of a request (``signature``: see ``kernel.signing``)."""
+
+    approver: str
+    granted_at: datetime
+    signature: str | None = None
+
+
+def requesters(action: dict[str, Any]) -> tuple[str, ...]:
+    """The names that asked for ``action`` (its principal's agent and user), which a request
+    that must be approved by someone else excludes."""
+    principal = action.get("principal") or {}
+    return tuple(str(name) for name in (principal.get("agent"), principal.get("user")) if name)
+
+
+def plan_grant(
+    record: ApprovalRecord, grants: Sequence[Grant], *, approver: str
+) -> tuple[Refused | None, bool]:
+    """May ``approver`` add a grant to pending ``record`` that already has ``grants``? The
+    refusal (the requester itself, or a second grant by one approver), else whether this
+    grant completes it (GRANTED)."""
+    if approver in record.excluded:
+        detail = f"cannot be granted by {approver!r}, who asked for it"
+        return _mismatch(record.approval_id, MismatchReason.REQUESTER, detail), False
+    if any(g.approver == approver for g in grants):
+        detail = f"was already granted by {approver!r}: another approver must grant it"
+        return _mismatch(record.approval_id, MismatchReason.ANSWERED, detail), False
+    return None, len({g.approver for g in grants} | {approver}) >= record.required
+
+
+def plan_quorum(
+    approval_id: str, grants: Sequence[Grant], *, required: int, excluded: Sequence[str]
+) -> Refused | None:
+    """At consumption, under the policy the call runs under: are there ``required`` distinct
+    approvers among ``grants``, none of them ``excluded``? The refusal if not."""
+    named = {g.approver for g in grants}
+    if named & set(excluded):
+        detail = f"was granted by the requester ({', '.join(sorted(named & set(excluded)))})"
+        return _mismatch(approval_id, MismatchReason.REQUESTER, detail)
+    if len(named) < required:
+        detail = f"has {len(named)} of the {required} distinct approvals it needs"
+        return _mismatch(approval_id, MismatchReason.PENDING, detail)
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Reuse:
+    """What an identical call that presents no approval meets: a grant to present (its first
+    transaction consumes it), or a denial that denies it; neither: it asks a person."""
+
+    granted: ApprovalRecord | None = None
+    denied: ApprovalRecord | None = None
+
+
+def plan_reuse(records: Iterable[ApprovalRecord], *, now: datetime) -> Reuse:
+    """Among the requests made for one action under one policy (oldest first): the oldest
+    unexpired grant, else the newest unexpired denial (a person said no to exactly this call
+    and it is not asked again until that answer expires), else nothing."""
+    live = [r for r in records if not r.is_expired(now)]
+    granted = next((r for r in live if r.status is ApprovalStatus.GRANTED), None)
+    if granted is not None:
+        return Reuse(granted=granted)
+    denied = next((r for r in reversed(live) if r.status is ApprovalStatus.DENIED), None)
+    return Reuse(denied=denied)
+
+
+def plan_waiting(records: Iterable[ApprovalRecord], now: datetime) -> ApprovalRecord | None:
+    """The oldest pending, unexpired request among ``records``: an identical call returns it
+    instead of making another."""
+    return next(
+        (r for r in records if r.status is ApprovalStatus.PENDING and not r.is_expired(now)),
+        None,
     )
 
 

@@ -124,6 +124,7 @@ class PlanRecord:
     next_step: int = 0
     interruptions: int = 0
     error: str | None = None
+    approval_signature: str | None = None  # the approver's, when the policy names approvers
 
     @property
     def terminal(self) -> bool:

@@ -22,6 +22,7 @@ from typing import Any, Final, TypeVar
 from ctrlrun.canonical import digest
 from ctrlrun.errors import DenyReason, InvalidArgument
 from ctrlrun.kernel.action import Action
+from ctrlrun.kernel.notify import NotifyTarget
 from ctrlrun.kernel.policy_document import LineMap, parse_policy_document, policy_error
 from ctrlrun.kernel.policy_model import (
     POLICY_SCHEMA,
@@ -32,6 +33,7 @@ from ctrlrun.kernel.policy_model import (
     Op,
     Rule,
 )
+from ctrlrun.kernel.signing import check_public_key
 
 __all__ = [
     "POLICY_SCHEMA",
@@ -186,7 +188,7 @@ class Policy:
     not part of it. A policy that cites no control hashes as it did before controls existed.
     """
 
-    __slots__ = ("_actions", "_controls", "_decided", "_hash", "_source")
+    __slots__ = ("_actions", "_approvers", "_controls", "_decided", "_hash", "_notify", "_source")
 
     def __init__(
         self,
@@ -194,6 +196,8 @@ class Policy:
         *,
         source: str | None = None,
         controls: Iterable[ControlEntry] = (),
+        approvers: Mapping[str, str] | None = None,
+        notify: Iterable[NotifyTarget] = (),
     ) -> None:
         """Raises ``InvalidArgument`` for a member that is not an ``ActionPolicy``, a name
         given twice, a control given twice, or an entry or rule citing a control that
@@ -213,6 +217,10 @@ class Policy:
             for name, entry in table.items()
             if entry.decision is not None
         }
+        self._approvers: Mapping[str, str] = MappingProxyType(
+            {name: check_public_key(key) for name, key in sorted((approvers or {}).items())}
+        )
+        self._notify = tuple(notify)  # who is told of a new request: not a decision input
         self._source = source
         self._hash = digest(self.to_document())
 
@@ -240,6 +248,17 @@ class Policy:
     def controls(self) -> Mapping[str, ControlEntry]:
         """The written controls the policy cites, by id (a read-only view)."""
         return self._controls
+
+    @property
+    def approvers(self) -> Mapping[str, str]:
+        """The approvers whose signed grants alone count, with their public keys
+        (``ed25519:…``), by name; empty when grants are not signed (a read-only view)."""
+        return self._approvers
+
+    @property
+    def notify(self) -> tuple[NotifyTarget, ...]:
+        """The webhook targets told of each new approval request (not part of the hash)."""
+        return self._notify
 
     def entry(self, name: str) -> ActionPolicy | None:
         """The entry for the action ``name``, or ``None`` if the policy does not name it."""
@@ -272,6 +291,8 @@ class Policy:
         }
         if self._controls:
             document["controls"] = {cid: c.to_document() for cid, c in self._controls.items()}
+        if self._approvers:
+            document["approvers"] = {name: {"key": key} for name, key in self._approvers.items()}
         return document
 
     @classmethod
@@ -284,9 +305,13 @@ class Policy:
         errors can name them; ``source`` becomes ``PolicyError.path``. Raises ``PolicyError``
         and nothing else.
         """
-        entries, controls = parse_policy_document(data, lines=lines, source=source)
+        entries, controls, approvers, notify = parse_policy_document(
+            data, lines=lines, source=source
+        )
         try:
-            return cls(entries, source=source, controls=controls)
+            return cls(
+                entries, source=source, controls=controls, approvers=approvers, notify=notify
+            )
         except InvalidArgument as error:  # text with no canonical form (a lone surrogate)
             raise policy_error(error.message, source=source) from error
 

@@ -14,6 +14,9 @@ from typing import Any, Final, NoReturn, ParamSpec, TypeVar
 
 from ctrlrun.errors import InvalidArgument, PolicyError
 from ctrlrun.kernel.action import check_action_name
+from ctrlrun.kernel.approval import check_person
+from ctrlrun.kernel.approval_rules import APPROVAL_KEYS, DEFAULT_RULES, ApprovalRules
+from ctrlrun.kernel.notify import NotifyTarget, parse_targets
 from ctrlrun.kernel.policy_model import (
     POLICY_SCHEMA,
     ActionPolicy,
@@ -27,7 +30,13 @@ from ctrlrun.kernel.policy_model import (
     first_unreachable,
     json_type,
 )
+from ctrlrun.kernel.signing import check_public_key
 from ctrlrun.kernel.template import Template
+
+PolicyParts = tuple[
+    tuple[ActionPolicy, ...], tuple[ControlEntry, ...], dict[str, str], tuple[NotifyTarget, ...]
+]
+"""What a policy document holds: entries, controls, approver keys, notify targets."""
 
 KeyPath = tuple[str | int, ...]
 """Where a value sits in the document: mapping keys and list indexes, from the top."""
@@ -38,7 +47,7 @@ LineMap = Mapping[KeyPath, int]
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
 
-_TOP_KEYS: Final = ("schema", "actions", "controls")
+_TOP_KEYS: Final = ("schema", "actions", "controls", "approvals", "approvers", "notify")
 _TOP_REQUIRED: Final = ("schema", "actions")
 _ENTRY_KEYS: Final = (
     "decision",
@@ -48,6 +57,7 @@ _ENTRY_KEYS: Final = (
     "max_attempts",
     "description",
     "controls",
+    "approval",
 )
 _RULE_KEYS: Final = ("when", "decision", "controls")
 _CONTROL_KEYS: Final = ("title", "source")
@@ -130,9 +140,10 @@ class _Reader:
 
 def parse_policy_document(
     data: object, *, lines: LineMap | None = None, source: str | None = None
-) -> tuple[tuple[ActionPolicy, ...], tuple[ControlEntry, ...]]:
-    """The action entries of a ``ctrlrun.policy/v1`` document, in document order, and the
-    controls its ``controls`` section defines.
+) -> PolicyParts:
+    """The action entries of a ``ctrlrun.policy/v1`` document, in document order, the
+    controls its ``controls`` section defines, the approvers' public keys by name and the
+    targets ``notify`` names.
 
     Raises ``PolicyError`` (naming the key path, the line when ``lines`` has it, and
     ``source`` as ``path``) for any departure from the schema, a control cited by an entry or
@@ -145,11 +156,25 @@ def parse_policy_document(
         reader.fail(("schema",), f"must be {POLICY_SCHEMA!r}, got {schema!r}")
     controls = _controls(reader, top.get("controls", {}))
     actions = reader.any_mapping(top["actions"], ("actions",), "a mapping of action names")
-    entries = tuple(_entry(reader, name, body) for name, body in actions.items())
+    defaults = _approval(reader, top.get("approvals", {}), ("approvals",), DEFAULT_RULES)
+    entries = tuple(_entry(reader, name, body, defaults) for name, body in actions.items())
     defined = {control.control_id for control in controls}
     for entry in entries:
         _check_cited(reader, entry, defined)
-    return entries, controls
+    approvers = _approvers(reader, top.get("approvers", {}))
+    notify = reader.checked(("notify",), parse_targets, top.get("notify", []))
+    return entries, controls, approvers, notify
+
+
+def _approvers(reader: _Reader, value: object) -> dict[str, str]:
+    registry = reader.any_mapping(value, ("approvers",), "a mapping of approver names")
+    out = {}
+    for name, body in registry.items():
+        path: KeyPath = ("approvers", name)
+        reader.checked(path, check_person, name)
+        fields = reader.mapping(body, path, ("key",), ("key",))
+        out[name] = reader.checked((*path, "key"), check_public_key, fields["key"])
+    return out
 
 
 def _controls(reader: _Reader, value: object) -> tuple[ControlEntry, ...]:
@@ -178,7 +203,12 @@ def _check_cited(reader: _Reader, entry: ActionPolicy, defined: set[str]) -> Non
                 )
 
 
-def _entry(reader: _Reader, name: str, body: object) -> ActionPolicy:
+def _approval(reader: _Reader, value: object, path: KeyPath, base: ApprovalRules) -> ApprovalRules:
+    body = reader.mapping(value, path, APPROVAL_KEYS, ())
+    return reader.checked(path, ApprovalRules.parse, dict(body), base)
+
+
+def _entry(reader: _Reader, name: str, body: object, defaults: ApprovalRules) -> ActionPolicy:
     path: KeyPath = ("actions", name)
     reader.checked(path, check_action_name, name)
     entry = reader.mapping(body, path, _ENTRY_KEYS, ())
@@ -206,6 +236,7 @@ def _entry(reader: _Reader, name: str, body: object) -> ActionPolicy:
         ),
         description=description,
         controls=_cited_ids(reader, entry, path),
+        approval=_approval(reader, entry.get("approval", {}), (*path, "approval"), defaults),
     )
 
 

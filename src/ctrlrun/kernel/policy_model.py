@@ -17,6 +17,7 @@ from typing import Any, Final
 from ctrlrun.canonical import canonical_text
 from ctrlrun.errors import InvalidArgument
 from ctrlrun.kernel.action import check_action_name
+from ctrlrun.kernel.approval_rules import DEFAULT_RULES, ApprovalRules
 from ctrlrun.kernel.template import RESOURCE, Template
 
 POLICY_SCHEMA: Final = "ctrlrun.policy/v1"
@@ -306,9 +307,12 @@ class ActionPolicy:
     max_attempts: int | None = None
     description: str | None = None
     controls: tuple[str, ...] = ()
+    approval: ApprovalRules = DEFAULT_RULES
 
     def __post_init__(self) -> None:
         check_action_name(self.name)
+        if not isinstance(self.approval, ApprovalRules):
+            raise InvalidArgument(f"approval must be ApprovalRules, got {self.approval!r}")
         object.__setattr__(self, "controls", check_control_ids(self.controls))
         if (self.decision is None) == (not self.rules):
             raise InvalidArgument(
@@ -350,6 +354,8 @@ class ActionPolicy:
             out["max_attempts"] = self.max_attempts
         if self.controls:
             out["controls"] = list(self.controls)
+        if self.approval.to_document():
+            out["approval"] = self.approval.to_document()
         return out
 
 

@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 
     from ctrlrun.kernel.action import Action
     from ctrlrun.kernel.receipt import Receipt
-    from ctrlrun.runtime.control import CallSpec, Control, InFlight
+    from ctrlrun.runtime.call import CallSpec, InFlight
+    from ctrlrun.runtime.control import Control
     from ctrlrun.store.protocol import Started
 
 T = TypeVar("T")

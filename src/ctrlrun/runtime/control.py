@@ -11,12 +11,13 @@ driven by ``run`` here and by ``runtime.aio`` for ``arun``, so both paths share 
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
@@ -32,52 +33,57 @@ from ctrlrun.errors import (
     DenyReason,
     DuplicateEffect,
     EffectKeyError,
+    EffectTemplateChanged,
     InvalidArgument,
+    MismatchReason,
     NotExecuted,
-    OutcomeUnrecorded,
+    ProtectionMismatch,
     Refused,
     StoreError,
 )
-from ctrlrun.kernel.action import Action
-from ctrlrun.kernel.approval import DEFAULT_APPROVAL_TTL, ApprovalRequestDraft
+from ctrlrun.kernel.action import Action, Principal
+from ctrlrun.kernel.approval import (
+    DEFAULT_APPROVAL_TTL,
+    ApprovalRequestDraft,
+    plan_reuse,
+    requesters,
+)
+from ctrlrun.kernel.approval_rules import DEFAULT_RULES, ApprovalRules
 from ctrlrun.kernel.effect import DEFAULT_LEASE, EffectState
 from ctrlrun.kernel.event import EventDraft, EventType
 from ctrlrun.kernel.policy import ActionPolicy, Decision, Policy
-from ctrlrun.kernel.receipt import Receipt, ReceiptDraft, ReceiptResult
+from ctrlrun.kernel.protection import FindingKind, plan_protection
+from ctrlrun.kernel.receipt import Receipt, ReceiptResult
 from ctrlrun.kernel.template import Template
 from ctrlrun.kernel.text import check_label
+from ctrlrun.runtime.approvals import Approvals
+from ctrlrun.runtime.assess import Assessment, assess
+from ctrlrun.runtime.call import (
+    OUTCOME_EVENTS,
+    OUTCOME_RESULTS,
+    CallSpec,
+    InFlight,
+    check_size,
+    committed_receipt,
+    denied_event,
+    make_spec,
+    outcome_draft,
+    summarize,
+    template_source,
+    unrecorded,
+)
 from ctrlrun.runtime.context import current_approval, hold, release
-from ctrlrun.runtime.normalize import normalized
+from ctrlrun.runtime.normalize import build_action, normalized
+from ctrlrun.runtime.policy_source import PolicySource
 from ctrlrun.runtime.receipts import Verdict, describe, evaluated, proposed, receipt_draft
 from ctrlrun.runtime.reconcile import Reconcile, reconcile_blocked
-from ctrlrun.runtime.sinks import Sink, emit
+from ctrlrun.runtime.sinks import Sink, emit, emit_approval
+from ctrlrun.runtime.tracing import CallTracer, traced
 from ctrlrun.store.protocol import FinishRequest, Started, StartRequest, StateStore
 
 log = logging.getLogger("ctrlrun")
 
 DEFAULT_MAX_ARGUMENT_BYTES = 1 << 20  # 1 MiB of canonical arguments per call
-
-
-@dataclass(frozen=True, slots=True)
-class CallSpec:
-    """How one call is to be protected, beyond what the policy says."""
-
-    effect_key: str | None = None
-    effect: Template | None = None
-    lease: timedelta | None = None
-    reconcile: Reconcile | None = None
-    approval_id: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class InFlight:
-    """One call in flight: the action, the verdict, its key and the events so far."""
-
-    action: Action
-    verdict: Verdict
-    effect_key: str | None
-    started_at: datetime
-    pre: tuple[EventDraft, ...]
 
 
 class Control:
@@ -87,7 +93,8 @@ class Control:
     lapsed (and AMBIGUOUS); ``clock`` stamps receipts; ``sinks`` receive every receipt after the
     store has it and can never fail an action; ``async_workers`` is how many store threads the
     async path uses; ``max_argument_bytes`` caps one call's canonical arguments (a larger call
-    is refused with ``InvalidArgument`` before anything is written).
+    is refused with ``InvalidArgument`` before anything is written); ``tracer`` sees each call
+    whole (``runtime.tracing``; ``ctrlrun.integrations.otel`` for OpenTelemetry).
     """
 
     def __init__(
@@ -101,6 +108,7 @@ class Control:
         sinks: Sequence[Sink] = (),
         async_workers: int = 8,
         max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES,
+        tracer: CallTracer | None = None,
     ) -> None:
         if not isinstance(async_workers, int) or async_workers < 1:
             raise InvalidArgument(f"async_workers must be a positive int, got {async_workers!r}")
@@ -110,27 +118,74 @@ class Control:
             )
         self.max_argument_bytes = max_argument_bytes
         self.policy = policy
+        self._source: PolicySource | None = None  # set by from_file: re-read on change
+        self._fits: dict[tuple[object, ...], tuple[str, ...]] = {}  # check_protection's verdicts
         self.store = store
         self.lease = check_positive(lease, "lease")
         self.approval_ttl = check_positive(approval_ttl, "approval_ttl")
         self._clock = clock or utc_now
-        self._sinks = tuple(sinks)
+        self.tracer = tracer
+        self._sinks = (*sinks, tracer) if isinstance(tracer, Sink) else tuple(sinks)
         self.async_workers = async_workers
         self._threads: ThreadPoolExecutor | None = None  # the async path's store threads
         self._threads_lock = threading.Lock()
 
     @classmethod
-    def from_file(cls, path: str | None = None, **kwargs: Any) -> Control:
+    def from_file(cls, path: str | None = None, *, create: bool = False, **kwargs: Any) -> Control:
         """Policy from ``path``, ``$CTRLRUN_CONFIG`` or ``./ctrlrun.yaml``; store from
-        ``$CTRLRUN_STORE_URL`` or ``.ctrlrun/state.db`` beside the policy."""
+        ``$CTRLRUN_STORE_URL`` or ``.ctrlrun/state.db`` beside the policy. The store must
+        exist (``ctrlrun init`` creates it) unless ``create=True``: a missing or empty one is
+        ``StoreNotFound``, never silently recreated."""
         from ctrlrun.runtime.locate import open_default_store, policy_path
 
         found = policy_path(path)
         policy = Policy.from_file(found)
-        store = kwargs.pop("store", None) or open_default_store(found)
-        return cls(policy, store, **kwargs)
+        store = kwargs.pop("store", None) or open_default_store(found, create=create)
+        control = cls(policy, store, **kwargs)
+        control._source = PolicySource(found, policy)
+        return control
+
+    def refresh_policy(self) -> Policy:
+        """The policy to decide with now. A ``Control`` made by ``from_file`` re-reads its
+        file when it changed (one ``stat`` per call); a file that no longer loads denies
+        every call with ``DenyReason.POLICY_UNLOADABLE`` until it loads again."""
+        source = self._source
+        if source is None:
+            return self.policy
+        self.policy = source.refresh()
+        if source.error is not None:
+            raise ActionDenied(
+                f"the policy {source.path} does not load, so every call is denied until it"
+                f" is fixed: {source.error}",
+                reason=DenyReason.POLICY_UNLOADABLE,
+            )
+        return self.policy
 
     # --- entry points ---------------------------------------------------------------------
+
+    @functools.cached_property
+    def approvals(self) -> Approvals:
+        """The approval requests of this store, answered under this policy."""
+        return Approvals(self)
+
+    @property
+    def sinks(self) -> tuple[Sink, ...]:
+        """The sinks every receipt (and approval step) is handed to."""
+        return self._sinks
+
+    def now(self) -> datetime:
+        """This ``Control``'s clock (receipts and approval expiry are judged by it)."""
+        return self._clock()
+
+    def build(self, name: str, arguments: dict[str, Any], principal: Principal) -> Action:
+        """The action a protected function ``name`` would make of ``arguments`` for
+        ``principal`` under the current policy (its resource template applied)."""
+        return build_action(self.refresh_policy(), name, dict(arguments), principal)
+
+    def evaluate(self, name: str, arguments: dict[str, Any], principal: Principal) -> Assessment:
+        """What would happen to this call now, writing nothing: the decision and its rule,
+        the effect key and its state, and the approval that decides it (``Assessment``)."""
+        return assess(self, self.build(name, arguments, principal))
 
     def execute(
         self,
@@ -149,7 +204,7 @@ class Control:
         ``DuplicateEffect``, ``AmbiguousEffect``) with the executor never called, or re-raises
         the executor's own exception after recording FAILED (``NotExecuted``) or AMBIGUOUS.
         """
-        spec = _spec(effect_key, effect, lease, reconcile, approval_id)
+        spec = make_spec(effect_key, effect, lease, reconcile, approval_id)
         return self.run(action, executor, spec)[1]
 
     def run(
@@ -157,8 +212,9 @@ class Control:
     ) -> tuple[Any, Receipt]:
         """The pipeline; returns the executor's value and the receipt. ``executor`` must be a
         plain function: one that returns an awaitable is refused (use ``arun``)."""
-        call, started = self._begin(action, spec)
-        return self._execute(call, executor, started)
+        with traced(self.tracer, action):
+            call, started = self._begin(action, spec)
+            return self._execute(call, executor, started)
 
     async def aexecute(
         self,
@@ -168,12 +224,12 @@ class Control:
         effect_key: str | None = None,
         effect: str | Template | None = None,
         lease: timedelta | None = None,
-        reconcile: Callable[..., Any] | None = None,
+        reconcile: Reconcile | None = None,
         approval_id: str | None = None,
     ) -> Receipt:
         """``execute`` for async code: the same checks and outcomes; ``executor`` may be an
         ``async def`` (awaited on the loop) or a plain function (run on a worker thread)."""
-        spec = _spec(effect_key, effect, lease, reconcile, approval_id)
+        spec = make_spec(effect_key, effect, lease, reconcile, approval_id)
         return (await self.arun(action, executor, spec))[1]
 
     async def arun(
@@ -184,21 +240,32 @@ class Control:
         and the cancellation then propagates. See ``runtime.aio``."""
         from ctrlrun.runtime.aio import run_async
 
-        return await run_async(self, action, executor, spec)
+        with traced(self.tracer, action):
+            return await run_async(self, action, executor, spec)
 
-    def _check_size(self, action: Action) -> None:
-        """``InvalidArgument`` before any write if the canonical arguments are over the limit
-        (a UTF-8 character is at most 4 bytes: most calls never encode to know)."""
-        text = action.arguments_text
-        if len(text) * 4 > self.max_argument_bytes:
-            size = len(text.encode("utf-8"))
-            if size > self.max_argument_bytes:
-                raise InvalidArgument(
-                    f"{action.name}: {size} bytes of canonical arguments exceed the limit of"
-                    f" {self.max_argument_bytes} (Control(max_argument_bytes=...))",
-                    size=size,
-                    limit=self.max_argument_bytes,
-                )
+    def check_protection(
+        self,
+        name: str,
+        parameters: frozenset[str],
+        *,
+        effect: Template | None = None,
+        resource: Template | None = None,
+    ) -> None:
+        """``ProtectionMismatch`` (with every finding) if the current policy names arguments
+        that a function protected as ``name`` with ``parameters`` (and its own ``effect`` and
+        ``resource`` templates) lacks. Decided once per policy and function shape."""
+        key = (self.policy.policy_hash, name, parameters, effect, resource)
+        misfits = self._fits.get(key)
+        if misfits is None:
+            found = plan_protection(self.policy, name, parameters, effect=effect, resource=resource)
+            misfits = tuple(str(f) for f in found if f.kind is FindingKind.MISSING_PARAMETER)
+            self._fits[key] = misfits
+        if misfits:
+            raise ProtectionMismatch(
+                f"{name}: the protected function does not fit the policy: {'; '.join(misfits)}"
+                " (run `ctrlrun check` on its module)",
+                findings=misfits,
+            )
 
     def _store_threads(self) -> ThreadPoolExecutor:
         """The async path's own store threads (``async_workers`` of them), made at first use;
@@ -213,7 +280,8 @@ class Control:
     def _begin(self, action: Action, spec: CallSpec) -> tuple[InFlight, Started]:
         """Every step before the executor: normalize, decide, ask for approval, reserve (the
         first transaction). Raises the refusal, recorded with its receipt."""
-        self._check_size(action)
+        check_size(action, self.max_argument_bytes)
+        self.refresh_policy()
         action = normalized(self.policy, action)
         started_at = self._clock()
         entry = self.policy.entry(action.name)
@@ -235,12 +303,10 @@ class Control:
                 action_id=action.action_id,
                 rule=evaluation.rule,
             )
-            self._refuse(call, denied, ReceiptResult.DENIED, _denied_event(call, denied))
+            self._refuse(call, denied, ReceiptResult.DENIED, denied_event(call, denied))
         approval_id = None
         if evaluation.decision is Decision.APPROVE:
-            approval_id = spec.approval_id or current_approval()
-            if approval_id is None:
-                self._request_approval(call)
+            approval_id = self._approval_for(call, entry, spec)
         return call, self._start(call, approval_id, entry, spec)
 
     def _effect_key(
@@ -259,23 +325,55 @@ class Control:
             cited = entry.controls if entry is not None else ()
             verdict = Verdict("deny", "effect_key_error", self.policy.policy_hash, cited)
             call = InFlight(action, verdict, None, now, (proposed(action),))
-            self._refuse(call, exc, ReceiptResult.DENIED, _denied_event(call, exc))
+            self._refuse(call, exc, ReceiptResult.DENIED, denied_event(call, exc))
 
-    def _request_approval(self, call: InFlight) -> NoReturn:
+    def _approval_for(self, call: InFlight, entry: ActionPolicy | None, spec: CallSpec) -> str:
+        """The approval this call presents: the one given, else an unexpired grant made for
+        the identical action (consumed by the first transaction). Otherwise it is refused:
+        denied if a person denied exactly this call (until that answer expires), else
+        ``ApprovalRequired`` for a pending request (the existing one, if any)."""
+        presented = spec.approval_id or current_approval()
+        if presented is not None:
+            return presented
+        found = self.store.find_approvals(call.action.action_hash, call.verdict.policy_hash)
+        reuse = plan_reuse(found, now=self._clock())
+        if reuse.granted is not None:
+            return reuse.granted.approval_id
+        if reuse.denied is not None:
+            denied = ActionDenied(
+                f"{call.action.name}: a person denied exactly this call"
+                f" ({reuse.denied.approval_id}, by {reuse.denied.approver})",
+                reason=DenyReason.APPROVAL_DENIED,
+                action_id=call.action.action_id,
+            )
+            self._refuse(call, denied, ReceiptResult.DENIED, denied_event(call, denied))
+        self._request_approval(call, entry.approval if entry is not None else DEFAULT_RULES)
+
+    def _request_approval(self, call: InFlight, rules: ApprovalRules) -> NoReturn:
+        action = call.action.to_dict()
         draft = ApprovalRequestDraft(
             approval_id=new_id("apr"),
-            action=call.action.to_dict(),
+            action=action,
             action_hash=call.action.action_hash,
             policy_hash=call.verdict.policy_hash,
-            ttl=self.approval_ttl,
+            ttl=rules.ttl or self.approval_ttl,
+            required=rules.count,
+            excluded=requesters(action) if rules.distinct_from_requester else (),
+            notify=self.policy.notify,
+            summary=summarize(call.action),
         )
-        self.store.put_approval_request(draft, call.pre)
+        record = self.store.put_approval_request(draft, call.pre)
+        if record.approval_id == draft.approval_id:  # a new request, not the pending one
+            emit_approval(self._sinks, "requested", record)
         raise ApprovalRequired(
             f"{call.action.name} needs a human:"
-            f" `{command_line('ctrlrun', 'approve', draft.approval_id)}`, then call again"
-            " inside with_approval(...)",
-            request_id=draft.approval_id,
+            f" `{command_line('ctrlrun', 'approve', record.approval_id)}`; once granted, the"
+            " identical call runs",
+            request_id=record.approval_id,
             action_id=call.action.action_id,
+            action_hash=record.action_hash,
+            expires_at=record.expires_at,
+            summary=draft.summary,
         )
 
     # --- reserve --------------------------------------------------------------------------
@@ -283,14 +381,22 @@ class Control:
     def _start(
         self, call: InFlight, approval_id: str | None, entry: ActionPolicy | None, spec: CallSpec
     ) -> Started:
+        rules = entry.approval if entry is not None else DEFAULT_RULES
+        excluded = requesters(call.action.to_dict()) if rules.distinct_from_requester else ()
         request = StartRequest(
             action_id=call.action.action_id,
             effect_key=call.effect_key,
             lease=spec.lease or self.lease,
             approval_id=approval_id,
             action_hash=call.action.action_hash,
+            policy_hash=call.verdict.policy_hash if approval_id is not None else None,
+            approvals_required=rules.count,
+            approvers_excluded=excluded,
+            approver_keys=self.policy.approvers or None,
             max_attempts=entry.max_attempts if entry is not None else None,
             events=call.pre,
+            action_name=call.action.name,
+            effect_template=template_source(call, entry, spec),
         )
         try:
             return self.store.start_action(request)
@@ -316,28 +422,26 @@ class Control:
         if isinstance(exc, ApprovalMismatch):
             kind, data = EventType.APPROVAL_INVALIDATED, {"reason": str(exc.reason)}
             approval_id = exc.approval_id  # which approval was refused, for `ctrlrun inspect`
+            if exc.reason is MismatchReason.EXPIRED:
+                self._emit_expired(approval_id)
         elif isinstance(exc, ActionDenied) and exc.reason is DenyReason.APPROVAL_DENIED:
-            self._refuse(call, exc, ReceiptResult.DENIED, _denied_event(call, exc))
+            self._refuse(call, exc, ReceiptResult.DENIED, denied_event(call, exc))
         else:
             if isinstance(exc, AlreadyCommitted) and exc.receipt_id is None:
-                exc.receipt_id = self._committed_receipt(exc.effect_key)
+                exc.receipt_id = committed_receipt(self.store, exc.effect_key)
             kind, data = EventType.EFFECT_RESERVATION_REFUSED, {"reason": str(exc.reason)}
             if isinstance(exc, DuplicateEffect):
                 data["state"] = str(exc.state)
+            if isinstance(exc, EffectTemplateChanged):
+                exc.action_id = call.action.action_id
+                data.update(remembered=exc.remembered, presented=exc.presented)
         event = EventDraft(kind, call.action.action_id, call.effect_key, approval_id, data)
         self._refuse(call, exc, result, event)
 
-    def _committed_receipt(self, effect_key: str) -> str | None:
-        """The receipt of the attempt that committed ``effect_key`` (a read on the refusal path
-        only), so an idempotent replay can point at it."""
-        record = self.store.get_effect(effect_key)
-        if record is None:
-            return None
-        for receipt in reversed(self.store.receipts(record.action_id)):
-            document = receipt.document
-            if document.get("effect_key") == effect_key and document.get("result") == "committed":
-                return receipt.receipt_id
-        return None
+    def _emit_expired(self, approval_id: str | None) -> None:
+        record = self.store.get_approval(approval_id) if approval_id and self._sinks else None
+        if record is not None:
+            emit_approval(self._sinks, "expired", record)
 
     def _refuse(
         self, call: InFlight, exc: Refused, result: ReceiptResult, event: EventDraft
@@ -408,10 +512,10 @@ class Control:
     ) -> Receipt:
         attempt = started.reservation.attempt if started.reservation is not None else None
         error = describe(exc) if exc is not None else None
-        draft = self._draft(call, started, _OUTCOME_RESULTS[outcome], error, attempt)
+        draft = outcome_draft(call, started, OUTCOME_RESULTS[outcome], error, self._clock())
         data = {"attempt": attempt} if error is None else {"attempt": attempt, "error": error}
         event = EventDraft(
-            _OUTCOME_EVENTS[outcome], call.action.action_id, call.effect_key, data=data
+            OUTCOME_EVENTS[outcome], call.action.action_id, call.effect_key, data=data
         )
         request = FinishRequest(
             action_id=call.action.action_id,
@@ -439,7 +543,7 @@ class Control:
                     emit(self._sinks, receipt)
                     raise refusal from exc
         except StoreError as failure:  # after the executor ran: never "nothing happened"
-            raise _unrecorded(call, outcome, failure) from failure
+            raise unrecorded(call, outcome, failure) from failure
         emit(self._sinks, receipt)
         return receipt
 
@@ -466,7 +570,7 @@ class Control:
         detail = f"outcome {outcome} not recorded: {describe(refusal)}"
         if error is not None:
             detail = f"{error}; {detail}"
-        draft = self._draft(call, started, ReceiptResult.AMBIGUOUS, detail, attempt)
+        draft = outcome_draft(call, started, ReceiptResult.AMBIGUOUS, detail, self._clock())
         event = EventDraft(
             EventType.EXECUTION_AMBIGUOUS,
             call.action.action_id,
@@ -476,80 +580,3 @@ class Control:
         stored = self.store.record((event,), draft)
         assert stored is not None
         return stored
-
-    def _draft(
-        self,
-        call: InFlight,
-        started: Started,
-        result: ReceiptResult,
-        error: str | None,
-        attempt: int | None,
-    ) -> ReceiptDraft:
-        approval = started.approval
-        return receipt_draft(
-            call.action,
-            call.verdict,
-            result,
-            started_at=call.started_at,
-            finished_at=self._clock(),
-            effect_key=call.effect_key,
-            attempt=attempt,
-            approval_id=approval.approval_id if approval else None,
-            approver=approval.approver if approval else None,
-            error=error,
-        )
-
-
-_OUTCOME_EVENTS = {
-    EffectState.COMMITTED: EventType.EXECUTION_COMMITTED,
-    EffectState.FAILED: EventType.EXECUTION_FAILED,
-    EffectState.AMBIGUOUS: EventType.EXECUTION_AMBIGUOUS,
-}
-
-
-_OUTCOME_RESULTS = {state: ReceiptResult(state.value) for state in _OUTCOME_EVENTS}
-
-
-def _unrecorded(call: InFlight, outcome: EffectState, failure: StoreError) -> OutcomeUnrecorded:
-    key = call.effect_key
-    held = (
-        f"; {key!r} stays held and becomes AMBIGUOUS when its lease expires"
-        if key is not None
-        else ""
-    )
-    log.error(
-        "ctrlrun: %s ran but its outcome %s was not recorded: %s",
-        call.action.name,
-        outcome,
-        failure,
-    )
-    return OutcomeUnrecorded(
-        f"{call.action.name}: the executor ran, but its outcome ({outcome}) could not be"
-        f" recorded: {describe(failure)}{held}",
-        effect_key=key,
-        intended=str(outcome),
-    )
-
-
-def _denied_event(call: InFlight, exc: ActionDenied) -> EventDraft:
-    return EventDraft(
-        EventType.ACTION_DENIED,
-        call.action.action_id,
-        call.effect_key,
-        data={"reason": str(exc.reason), "rule": exc.rule},
-    )
-
-
-def _spec(
-    effect_key: str | None,
-    effect: str | Template | None,
-    lease: timedelta | None,
-    reconcile: Callable[..., Any] | None,
-    approval_id: str | None,
-) -> CallSpec:
-    if effect_key is not None:
-        check_label(effect_key, "effect_key")
-    template = Template.parse(effect) if isinstance(effect, str) else effect
-    if lease is not None:
-        check_positive(lease, "lease")
-    return CallSpec(effect_key, template, lease, reconcile, approval_id)

@@ -31,16 +31,18 @@ def default_store_path(policy: Path) -> Path:
     return policy.absolute().parent / STATE_DIR / STATE_FILE
 
 
-def open_default_store(policy: Path) -> Any:
-    """``$CTRLRUN_STORE_URL`` if set, else the SQLite file beside ``policy`` (its directory is
-    created on first use)."""
+def open_default_store(policy: Path, *, create: bool = False) -> Any:
+    """``$CTRLRUN_STORE_URL`` if set, else the SQLite file beside ``policy``. Without
+    ``create`` a missing or empty store is ``StoreNotFound`` naming ``ctrlrun init``: the lazy
+    default never creates one (an existing store is still migrated)."""
     from ctrlrun.store import open_store
 
     url = os.environ.get("CTRLRUN_STORE_URL")
     if url is not None:  # set but empty is refused by open_store, never a silent fallback
-        return open_store(url)
+        return open_store(url, create=create)
     target = default_store_path(policy)
-    target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if create:
+        target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     from ctrlrun.store.sqlite import SQLiteStateStore
 
-    return SQLiteStateStore(target)
+    return SQLiteStateStore(target, create=create)

@@ -23,8 +23,9 @@ from ctrlrun._time import check_positive
 from ctrlrun.errors import ActionDenied, DenyReason, InvalidArgument
 from ctrlrun.kernel.action import Action, Principal, check_action_name
 from ctrlrun.kernel.template import RESOURCE, Template
+from ctrlrun.runtime.call import CallSpec
 from ctrlrun.runtime.context import current_principal
-from ctrlrun.runtime.control import CallSpec, Control
+from ctrlrun.runtime.control import Control
 from ctrlrun.runtime.normalize import build_action
 from ctrlrun.runtime.reconcile import Reconcile
 
@@ -90,6 +91,7 @@ def protect(
         signature = _check_signature(name, fn, effect_t, resource_t)
         skip = _skipped(name, fn, signature, excluded, effect_t, resource_t)
         bind = _binder(signature)
+        own = frozenset(signature.parameters) - skip  # the action's own parameters
         spec = CallSpec(effect=effect_t, lease=lease, reconcile=reconcile)  # the same per call
 
         def prepare(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Control, Action, Any]:
@@ -97,7 +99,9 @@ def protect(
             arguments = bind(args, kwargs)
             given = {key: arguments.pop(key) for key in skip if key in arguments}
             ctl = control or default_control()
-            action = build_action(ctl.policy, name, arguments, principal, resource=resource_t)
+            policy = ctl.refresh_policy()  # an edited policy file applies from this call on
+            ctl.check_protection(name, own, effect=effect_t, resource=resource_t)
+            action = build_action(policy, name, arguments, principal, resource=resource_t)
             return ctl, action, functools.partial(fn, **given) if given else fn
 
         if is_async:
@@ -109,6 +113,8 @@ def protect(
                 return value
 
             aprotected.__ctrlrun_action__ = name  # type: ignore[attr-defined]
+            aprotected.__ctrlrun_parameters__ = own  # type: ignore[attr-defined]
+            aprotected.__ctrlrun_templates__ = (effect_t, resource_t)  # type: ignore[attr-defined]
             return aprotected  # type: ignore[return-value]
 
         @functools.wraps(fn)
@@ -118,6 +124,8 @@ def protect(
             return value  # type: ignore[no-any-return]
 
         protected.__ctrlrun_action__ = name  # type: ignore[attr-defined]
+        protected.__ctrlrun_parameters__ = own  # type: ignore[attr-defined]
+        protected.__ctrlrun_templates__ = (effect_t, resource_t)  # type: ignore[attr-defined]
         return protected
 
     return decorate

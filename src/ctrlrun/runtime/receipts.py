@@ -38,10 +38,13 @@ def receipt_draft(
     approval_id: str | None = None,
     approver: str | None = None,
     error: str | None = None,
+    signatures: tuple[tuple[str, str], ...] = (),
 ) -> ReceiptDraft:
     """The receipt document, without the ``seq``/``prev_hash`` the store adds when chaining;
     its canonical text is prepared in parts, with the action's own texts reused. It has a
-    ``controls`` key (sorted ids) only when the decision cited controls."""
+    ``controls`` key (sorted ids) only when the decision cited controls, and an
+    ``approval_signatures`` key (``[{approver, signature}]``) only when the approval was
+    signed."""
     fields: dict[str, Any] = {
         "schema": RECEIPT_SCHEMA,
         "receipt_id": new_id("rcp"),
@@ -66,7 +69,9 @@ def receipt_draft(
     }
     if verdict.controls:
         fields["controls"] = list(verdict.controls)
-    parts = _parts(action, verdict, fields)
+    if signatures:
+        fields["approval_signatures"] = [{"approver": a, "signature": s} for a, s in signatures]
+    parts = None if signatures else _parts(action, verdict, fields)
     if parts is None:
         texts = {"arguments": action.arguments_text, "principal": action.principal.text}
         return ReceiptDraft(fields, texts)

@@ -10,6 +10,7 @@ import threading
 from collections.abc import Iterable
 from typing import Protocol, runtime_checkable
 
+from ctrlrun.kernel.approval import ApprovalRecord
 from ctrlrun.kernel.receipt import Receipt
 
 log = logging.getLogger("ctrlrun")
@@ -17,7 +18,9 @@ log = logging.getLogger("ctrlrun")
 
 @runtime_checkable
 class Sink(Protocol):
-    """Receives every receipt, in order, after it is committed to the store."""
+    """Receives every receipt, in order, after it is committed to the store. A sink may also
+    define ``approval(kind, record)`` to see each approval requested, granted, denied or
+    expired through its ``Control`` (``emit_approval``)."""
 
     def receipt(self, receipt: Receipt) -> None:
         """Export ``receipt``. May raise; the caller logs and continues."""
@@ -29,6 +32,19 @@ def emit(sinks: Iterable[Sink], receipt: Receipt) -> None:
     for sink in sinks:
         try:
             sink.receipt(receipt)
+        except Exception:
+            log.exception("ctrlrun: sink %r failed; the action is unaffected", sink)
+
+
+def emit_approval(sinks: Iterable[Sink], kind: str, record: ApprovalRecord) -> None:
+    """Hand an approval's step (``requested``, ``granted``, ``denied``, ``expired``) to every
+    sink that has an ``approval(kind, record)`` method; failures are logged, never raised."""
+    for sink in sinks:
+        hook = getattr(sink, "approval", None)
+        if hook is None:
+            continue
+        try:
+            hook(kind, record)
         except Exception:
             log.exception("ctrlrun: sink %r failed; the action is unaffected", sink)
 

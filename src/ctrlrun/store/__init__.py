@@ -25,10 +25,17 @@ __all__ = [
 
 
 def open_store(
-    url: str, *, clock: Clock | None = None, existing: bool = False, read_only: bool = False
+    url: str,
+    *,
+    clock: Clock | None = None,
+    existing: bool = False,
+    read_only: bool = False,
+    create: bool = True,
 ) -> Any:
-    """Open the store ``url`` names. With ``existing``, create and migrate nothing: refuse a
-    store that is missing, behind or ahead (for commands that answer from the shell). With
+    """Open the store ``url`` names. Without ``create``, a missing or empty store is
+    ``StoreNotFound`` (an existing one is still migrated). With ``existing``, create and
+    migrate nothing: refuse a store that is missing, behind or ahead (for commands that
+    answer from the shell). With
     ``read_only`` (which implies ``existing``), also write nothing: a SQLite file is opened
     ``mode=ro`` and can be read on read-only media; a Postgres store needs only ``USAGE`` on
     the schema and ``SELECT`` on its tables."""
@@ -39,7 +46,7 @@ def open_store(
 
         if existing:
             return SQLiteStateStore.open_existing(parsed.target, clock=clock, read_only=read_only)
-        return SQLiteStateStore(parsed.target, clock=clock)
+        return SQLiteStateStore(parsed.target, clock=clock, create=create)
     try:
         from ctrlrun.postgres import PostgresStateStore  # type: ignore[import-not-found,unused-ignore]
     except ModuleNotFoundError as exc:
@@ -48,4 +55,4 @@ def open_store(
         raise
     if existing:
         return PostgresStateStore.open_existing(parsed.target, schema=parsed.schema, clock=clock)
-    return PostgresStateStore(parsed.target, schema=parsed.schema, clock=clock)
+    return PostgresStateStore(parsed.target, schema=parsed.schema, clock=clock, create=create)

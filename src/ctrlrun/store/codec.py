@@ -65,6 +65,8 @@ def approval_from_row(row: Row, read_ts: ReadTs) -> ApprovalRecord:
         answered_at=_opt_ts(read_ts, row["answered_at"]),
         consumed_at=_opt_ts(read_ts, row["consumed_at"]),
         consumed_by=row["consumed_by"],
+        required=int(row["required"]),
+        excluded=tuple(json.loads(row["excluded_json"])),
     )
 
 

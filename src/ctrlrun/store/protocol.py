@@ -52,7 +52,9 @@ class StartRequest:
 
     ``events`` are appended before the store's own (``APPROVAL_CONSUMED``, ``EFFECT_RESERVED``,
     ``EXECUTION_STARTED``). With ``execute`` the record is written EXECUTING directly; without,
-    it stays RESERVED until ``begin_execution``.
+    it stays RESERVED until ``begin_execution``. With ``effect_template`` (the source of the
+    template the key was rendered from), the action's remembered template is checked first
+    (recorded the first time; another one is refused with ``EffectTemplateChanged``).
     """
 
     action_id: str
@@ -60,9 +62,15 @@ class StartRequest:
     lease: timedelta = timedelta(minutes=5)
     approval_id: str | None = None
     action_hash: str | None = None
+    policy_hash: str | None = None  # the approval must have been requested under it
     max_attempts: int | None = None
     execute: bool = True
     events: tuple[EventDraft, ...] = ()
+    action_name: str | None = None
+    effect_template: str | None = None  # the key's template: checked against action_name's
+    approvals_required: int = 1  # the policy's approval.count, checked against the grants
+    approvers_excluded: tuple[str, ...] = ()  # who may not have granted it (the requester)
+    approver_keys: Mapping[str, str] | None = None  # signed mode: only verified grants count
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,11 +175,17 @@ class StateStore(Protocol):
     def put_approval_request(
         self, draft: ApprovalRequestDraft, events: tuple[EventDraft, ...] = ()
     ) -> ApprovalRecord:
-        """Record a PENDING request (and ``APPROVAL_REQUESTED``)."""
+        """Record a PENDING request (and ``APPROVAL_REQUESTED``), or return the pending,
+        unexpired one already made for the identical action under the same policy (with
+        ``APPROVAL_REUSED``); ``events`` are appended first either way."""
         ...
 
-    def grant_approval(self, approval_id: str, approver: str) -> ApprovalRecord:
-        """PENDING → GRANTED; refusals per ``plan_answer``."""
+    def grant_approval(
+        self, approval_id: str, approver: str, signature: str | None = None
+    ) -> ApprovalRecord:
+        """One more grant by ``approver`` (with its ``signature``, when approvers sign):
+        GRANTED once the request has the distinct approvers it needs; refusals per
+        ``plan_answer`` and ``plan_grant``."""
         ...
 
     def deny_approval(
@@ -190,6 +204,11 @@ class StateStore(Protocol):
         ...
 
     # --- evidence -------------------------------------------------------------------------
+    def find_approvals(self, action_hash: str, policy_hash: str) -> tuple[ApprovalRecord, ...]:
+        """Every request made for the action hashing to ``action_hash`` under
+        ``policy_hash``, oldest first (any status)."""
+        ...
+
     def events(self, action_id: str | None = None) -> tuple[Event, ...]:
         """Events in append order, optionally only one action's."""
         ...

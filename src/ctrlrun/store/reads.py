@@ -57,6 +57,11 @@ class StoreReads:
         )
         return tuple(codec.approval_from_row(row, self._read_ts) for row in rows)
 
+    def find_approvals(self, action_hash: str, policy_hash: str) -> tuple[ApprovalRecord, ...]:
+        """See ``StateStore.find_approvals``."""
+        rows = self._rows("approval_find", {"action_hash": action_hash, "policy_hash": policy_hash})
+        return tuple(codec.approval_from_row(row, self._read_ts) for row in rows)
+
     def events(self, action_id: str | None = None) -> tuple[Event, ...]:
         """See ``StateStore.events``."""
         rows = (

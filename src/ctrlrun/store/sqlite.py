@@ -19,7 +19,7 @@ from typing import Any, Final, TypeVar
 
 from ctrlrun._time import Clock, decode_instant, encode_instant, iso_text, utc_now
 from ctrlrun._version import __version__
-from ctrlrun.errors import InvalidArgument, SchemaMismatch, StoreError
+from ctrlrun.errors import InvalidArgument, SchemaMismatch, StoreError, StoreNotFound
 from ctrlrun.kernel.approval import (
     ApprovalRecord,
     ApprovalRequestDraft,
@@ -185,11 +185,20 @@ class SQLiteStateStore(StoreReads):
         durability: str = "full",
         clock: Clock | None = None,
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+        create: bool = True,
         _mode: str | None = None,
     ) -> None:
         if durability not in DURABILITY:
             raise InvalidArgument(f"durability is 'full' or 'normal', not {durability!r}")
-        self.path = check_sqlite_path(path)
+        try:
+            self.path = check_sqlite_path(path)
+        except InvalidArgument:
+            wanted = Path(os.fspath(path)).expanduser().absolute()
+            if not create and os.fspath(path) and not wanted.parent.is_dir():
+                refuse_absent(wanted)  # no directory, so no store: not found, not "bad path"
+            raise
+        if not create:
+            refuse_absent(self.path)
         self.durability = durability
         self._clock = clock or utc_now
         self._busy_timeout = busy_timeout
@@ -478,9 +487,11 @@ class SQLiteStateStore(StoreReads):
         record: ApprovalRecord = self._in_txn(work)
         return record
 
-    def grant_approval(self, approval_id: str, approver: str) -> ApprovalRecord:
+    def grant_approval(
+        self, approval_id: str, approver: str, signature: str | None = None
+    ) -> ApprovalRecord:
         """See ``StateStore.grant_approval``."""
-        return self._answer(approval_id, approver, grant=True)
+        return self._answer(approval_id, approver, grant=True, signature=signature)
 
     def deny_approval(
         self, approval_id: str, approver: str, reason: str | None = None
@@ -489,7 +500,13 @@ class SQLiteStateStore(StoreReads):
         return self._answer(approval_id, approver, grant=False, reason=check_reason(reason))
 
     def _answer(
-        self, approval_id: str, approver: str, *, grant: bool, reason: str | None = None
+        self,
+        approval_id: str,
+        approver: str,
+        *,
+        grant: bool,
+        reason: str | None = None,
+        signature: str | None = None,
     ) -> ApprovalRecord:
         record: ApprovalRecord = self._in_txn(
             answer_approval_in_txn,
@@ -497,6 +514,7 @@ class SQLiteStateStore(StoreReads):
             approver=check_person(approver),
             grant=grant,
             reason=reason,
+            signature=signature,
         )
         return record
 
@@ -514,3 +532,15 @@ def split_statements(sql: str) -> Iterator[str]:
             buffer = []
     if any(line.strip() and not line.lstrip().startswith("--") for line in buffer):
         raise ValueError(f"incomplete statement at the end of a migration: {buffer!r}")
+
+
+def refuse_absent(path: Path) -> None:
+    """``StoreNotFound`` unless ``path`` is a non-empty file (a store that may be migrated)."""
+    if not path.is_file() or path.stat().st_size == 0:
+        state = "is empty" if path.is_file() else "does not exist"
+        raise StoreNotFound(
+            f"no ctrlrun store: {path} {state}. Create it with `ctrlrun init` (or"
+            " Control.from_file(create=True)); a store is never created implicitly, so a"
+            " deleted store cannot silently run again what already ran",
+            location=str(path),
+        )

@@ -13,11 +13,13 @@ from ctrlrun.store.ops import Txn
 from ctrlrun.store.ops.approvals import check_consumable_in_txn, consume_approval_in_txn
 from ctrlrun.store.ops.effects import finish_effect_in_txn, reserve_in_txn
 from ctrlrun.store.ops.evidence import append_events_in_txn, put_receipt_in_txn
+from ctrlrun.store.ops.templates import check_key_template_in_txn
 from ctrlrun.store.protocol import FinishRequest, Started, StartRequest
 
 
 def start_action_in_txn(txn: Txn, request: StartRequest) -> Started:
-    """Transaction 1: check the approval, reserve the effect, consume the approval, append.
+    """Transaction 1: check the approval and the key's template, reserve the effect, consume
+    the approval, append.
 
     The approval is checked before the reservation (its refusal wins when both would refuse)
     and consumed after it, so a refused reservation leaves the approval GRANTED.
@@ -25,8 +27,16 @@ def start_action_in_txn(txn: Txn, request: StartRequest) -> Started:
     approval = None
     if request.approval_id is not None:
         approval = check_consumable_in_txn(
-            txn, approval_id=request.approval_id, action_hash=request.action_hash or ""
+            txn,
+            approval_id=request.approval_id,
+            action_hash=request.action_hash or "",
+            policy_hash=request.policy_hash,
+            required=request.approvals_required,
+            excluded=request.approvers_excluded,
+            keys=request.approver_keys,
         )
+    if request.effect_template is not None and request.action_name is not None:
+        check_key_template_in_txn(txn, request.action_name, request.effect_template)
     reservation = None
     if request.effect_key is not None:
         reservation = reserve_in_txn(

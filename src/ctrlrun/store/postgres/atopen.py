@@ -28,7 +28,7 @@ from psycopg import errors, sql
 
 from ctrlrun._time import Clock
 from ctrlrun._version import __version__
-from ctrlrun.errors import SchemaMismatch, StoreError
+from ctrlrun.errors import SchemaMismatch, StoreError, StoreNotFound
 from ctrlrun.store.migrate import classify, refuse_unless_current, refuse_unless_migratable
 from ctrlrun.store.postgres.connections import Connection, Connections
 from ctrlrun.store.postgres.engine import Engine
@@ -161,6 +161,11 @@ def _apply(
         )
 
 
+def _applied_here(conn: Connection, queries: dict[str, str], schema: str) -> tuple[str, ...]:
+    """The migrations ``schema`` records; empty when it has no ctrlrun store (or is absent)."""
+    return _applied(conn, queries) if VERSION_TABLE in _tables(conn, queries, schema) else ()
+
+
 def _tables(conn: Connection, queries: dict[str, str], schema: str) -> list[str]:
     return [str(r["name"]) for r in conn.execute(queries["schema_tables"], {"schema": schema})]
 
@@ -173,15 +178,23 @@ def _ident(name: Any) -> str:
     return sql.Identifier(str(name)).as_string(None)
 
 
-def open_engine(url: str, schema: str, clock: Clock | None, *, writing: bool) -> Engine:
+def open_engine(
+    url: str, schema: str, clock: Clock | None, *, writing: bool, create: bool = True
+) -> Engine:
     """Connect, run the checks of the module docstring (migrating when ``writing``) and return
-    the engine. Driver errors become ``StoreError``; the URL is never echoed (it may hold a
-    password)."""
+    the engine. Without ``create``, a schema holding no ctrlrun store is ``StoreNotFound``.
+    Driver errors become ``StoreError``; the URL is never echoed (it may hold a password)."""
     connections = Connections(url)
     queries = queries_for(schema)
     try:
         conn = connections.current()
         where = f"schema {schema!r} of database {conn.info.dbname!r}"
+        if not create and not _applied_here(conn, queries, schema):
+            raise StoreNotFound(
+                f"no ctrlrun store in {where}: create it with `ctrlrun init --store-url …`"
+                " (or Control.from_file(create=True)); a store is never created implicitly",
+                location=where,
+            )
         check_server(conn, queries, schema, writing=writing)
         if writing:
             migrate(conn, queries, schema, where)

@@ -4,10 +4,11 @@
 The common case of each transaction is written here; everything else goes to the shared
 ``store/ops`` functions, which ask the planner:
 
-* ``start``: the reservation of an absent key (a guarded ``INSERT … ON CONFLICT DO NOTHING``,
-  stamped with the server's time) and the events, one call to ``ctrlrun_reserve_effect``
-  (migration 0006), with ``BEGIN`` and ``COMMIT`` in one message. A key that exists raises
-  CR001 and nothing commits: the store then runs ``start_action_in_txn``, which reads the
+* ``start``: the action's effect-key template checked (or recorded), the reservation of an
+  absent key (a guarded ``INSERT … ON CONFLICT DO NOTHING``, stamped with the server's time)
+  and the events, one call to ``ctrlrun_reserve_templated`` (migration 0008), with ``BEGIN``
+  and ``COMMIT`` in one message. A key that exists, or a template that differs, raises CR001
+  and nothing commits: the store then runs ``start_action_in_txn``, which reads the
   record and plans, in a new transaction. A start with an approval takes that shared path
   directly (the approval is read and checked first).
 * ``finish``: the outcome (a guarded ``effect_move``), the events, the head lock, the receipt
@@ -95,6 +96,8 @@ def start_effect(txn: PgTxn, request: StartRequest) -> PendingStart:
             "lease_mark": mark,
             "mark_row": mark_row,
             "events": events_json(drafts),
+            "action": request.action_name,
+            "template": request.effect_template if request.action_name is not None else None,
         },
     )
     return PendingStart(txn, request)

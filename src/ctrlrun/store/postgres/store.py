@@ -72,6 +72,7 @@ class PostgresStateStore(StoreReads):
         schema: str = "public",
         clock: Clock | None = None,
         clock_skew_threshold: timedelta = DEFAULT_THRESHOLD,
+        create: bool = True,
         _migrate: bool = True,
     ) -> None:
         self.schema = check_schema_name(schema)
@@ -81,7 +82,7 @@ class PostgresStateStore(StoreReads):
 
         self._app_clock: Clock = clock or utc_now
         self._writing = _migrate
-        self._engine: Engine = open_engine(url, self.schema, clock, writing=_migrate)
+        self._engine: Engine = open_engine(url, self.schema, clock, writing=_migrate, create=create)
         self._schedule = SkewSchedule()
         self._skew: ClockSkew | None = None
         self._check_skew("open")
@@ -280,9 +281,11 @@ class PostgresStateStore(StoreReads):
 
         return self._engine.write(work, operation="put_approval_request")
 
-    def grant_approval(self, approval_id: str, approver: str) -> ApprovalRecord:
+    def grant_approval(
+        self, approval_id: str, approver: str, signature: str | None = None
+    ) -> ApprovalRecord:
         """See ``StateStore.grant_approval``."""
-        return self._answer(approval_id, approver, grant=True)
+        return self._answer(approval_id, approver, grant=True, signature=signature)
 
     def deny_approval(
         self, approval_id: str, approver: str, reason: str | None = None
@@ -291,12 +294,23 @@ class PostgresStateStore(StoreReads):
         return self._answer(approval_id, approver, grant=False, reason=check_reason(reason))
 
     def _answer(
-        self, approval_id: str, approver: str, *, grant: bool, reason: str | None = None
+        self,
+        approval_id: str,
+        approver: str,
+        *,
+        grant: bool,
+        reason: str | None = None,
+        signature: str | None = None,
     ) -> ApprovalRecord:
         person = check_person(approver)
         return self._engine.write(
             lambda txn: answer_approval_in_txn(
-                txn, approval_id=approval_id, approver=person, grant=grant, reason=reason
+                txn,
+                approval_id=approval_id,
+                approver=person,
+                grant=grant,
+                reason=reason,
+                signature=signature,
             ),
             operation="grant_approval" if grant else "deny_approval",
         )

@@ -94,7 +94,8 @@ ORDER BY created_at, plan_id;
 -- name: plan_answer
 UPDATE {schema}.plans
 SET status = %(status)s::text, approver = %(approver)s, answered_at = now(),
-    approved_hash = %(approved_hash)s::text
+    approved_hash = %(approved_hash)s,
+    approval_signature = %(signature)s::text
 WHERE plan_id = %(plan_id)s AND status = 'pending' AND plan_hash = %(plan_hash)s
   AND expires_at >= now();
 

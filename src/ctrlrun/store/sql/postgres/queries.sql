@@ -61,25 +61,49 @@ WHERE effect_key = %(effect_key)s AND state = %(from_state)s AND action_id = %(a
 
 -- name: approval_get
 SELECT approval_id, action_hash, action_json, policy_hash, status, created_at, expires_at,
-       approver, answered_at, consumed_at, consumed_by
+       approver, answered_at, consumed_at, consumed_by, required, excluded_json
 FROM {schema}.approvals WHERE approval_id = %(approval_id)s;
 
 -- name: approval_list
 SELECT approval_id, action_hash, action_json, policy_hash, status, created_at, expires_at,
-       approver, answered_at, consumed_at, consumed_by
+       approver, answered_at, consumed_at, consumed_by, required, excluded_json
 FROM {schema}.approvals ORDER BY created_at, approval_id;
 
 -- name: approval_list_by_status
 SELECT approval_id, action_hash, action_json, policy_hash, status, created_at, expires_at,
-       approver, answered_at, consumed_at, consumed_by
+       approver, answered_at, consumed_at, consumed_by, required, excluded_json
 FROM {schema}.approvals WHERE status = %(status)s ORDER BY created_at, approval_id;
+
+-- name: approval_find
+-- The requests made for one action under one policy, oldest first (0009's index).
+SELECT approval_id, action_hash, action_json, policy_hash, status, created_at, expires_at,
+       approver, answered_at, consumed_at, consumed_by, required, excluded_json
+FROM {schema}.approvals
+WHERE action_hash = %(action_hash)s AND policy_hash = %(policy_hash)s
+ORDER BY created_at, approval_id;
+
+-- name: approval_lock
+-- Serialises the requests for one action until this transaction ends, so two identical calls
+-- cannot both find no request and make two (transaction-scoped: safe behind pgbouncer).
+SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended(%(action_hash)s, 0));
 
 -- name: approval_insert
 INSERT INTO {schema}.approvals
-    (approval_id, action_hash, action_json, policy_hash, status, created_at, expires_at)
+    (approval_id, action_hash, action_json, policy_hash, status, created_at, expires_at,
+     required, excluded_json)
 VALUES
     (%(approval_id)s, %(action_hash)s, %(action_json)s, %(policy_hash)s, %(status)s,
-     %(created_at)s, %(expires_at)s);
+     %(created_at)s, %(expires_at)s, %(required)s, %(excluded_json)s);
+
+-- name: approval_grant_insert
+INSERT INTO {schema}.approval_grants (approval_id, approver, granted_at, signature)
+VALUES (%(approval_id)s, %(approver)s, %(granted_at)s, %(signature)s)
+ON CONFLICT (approval_id, approver) DO NOTHING;
+
+-- name: approval_grant_list
+SELECT approver, granted_at, signature FROM {schema}.approval_grants
+WHERE approval_id = %(approval_id)s
+ORDER BY granted_at, approver COLLATE "C";
 
 -- name: approval_answer
 UPDATE {schema}.approvals
@@ -184,3 +208,25 @@ SELECT migration_id FROM {schema}.schema_version ORDER BY migration_id;
 -- name: schema_version_insert
 INSERT INTO {schema}.schema_version (migration_id, applied_at, ctrlrun_version)
 VALUES (%(migration_id)s, now(), %(ctrlrun_version)s);
+
+-- --- effect-key templates (0008) -------------------------------------------------------------
+
+-- name: effect_template_get
+SELECT action, template, recorded_at, accepted_by FROM {schema}.effect_templates
+WHERE action = %(action)s;
+
+-- name: effect_template_insert
+INSERT INTO {schema}.effect_templates (action, template, recorded_at, accepted_by)
+VALUES (%(action)s, %(template)s, %(recorded_at)s, NULL)
+ON CONFLICT (action) DO NOTHING;
+
+-- name: effect_template_accept
+INSERT INTO {schema}.effect_templates (action, template, recorded_at, accepted_by)
+VALUES (%(action)s, %(template)s, %(recorded_at)s, %(accepted_by)s)
+ON CONFLICT (action) DO UPDATE
+SET template = excluded.template, recorded_at = excluded.recorded_at,
+    accepted_by = excluded.accepted_by;
+
+-- name: effect_template_list
+SELECT action, template, recorded_at, accepted_by FROM {schema}.effect_templates
+ORDER BY action COLLATE "C";

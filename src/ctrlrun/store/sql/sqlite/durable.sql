@@ -77,7 +77,8 @@ ORDER BY created_at, plan_id;
 
 -- name: plan_answer
 UPDATE plans
-SET status = :status, approver = :approver, answered_at = :now, approved_hash = :approved_hash
+SET status = :status, approver = :approver, answered_at = :now, approved_hash = :approved_hash,
+    approval_signature = :signature
 WHERE plan_id = :plan_id AND status = 'pending' AND plan_hash = :plan_hash
   AND expires_at >= :now;
 

@@ -37,24 +37,45 @@ WHERE effect_key = :effect_key AND state = :from_state AND action_id = :action_i
 
 -- name: approval_get
 SELECT approval_id, action_hash, action_json, policy_hash, status, created_at, expires_at,
-       approver, answered_at, consumed_at, consumed_by
+       approver, answered_at, consumed_at, consumed_by, required, excluded_json
 FROM approvals WHERE approval_id = :approval_id;
 
 -- name: approval_list
 SELECT approval_id, action_hash, action_json, policy_hash, status, created_at, expires_at,
-       approver, answered_at, consumed_at, consumed_by
+       approver, answered_at, consumed_at, consumed_by, required, excluded_json
 FROM approvals ORDER BY created_at, approval_id;
 
 -- name: approval_list_by_status
 SELECT approval_id, action_hash, action_json, policy_hash, status, created_at, expires_at,
-       approver, answered_at, consumed_at, consumed_by
+       approver, answered_at, consumed_at, consumed_by, required, excluded_json
 FROM approvals WHERE status = :status ORDER BY created_at, approval_id;
+
+-- name: approval_find
+-- The requests made for one action under one policy, oldest first (0006's index).
+SELECT approval_id, action_hash, action_json, policy_hash, status, created_at, expires_at,
+       approver, answered_at, consumed_at, consumed_by, required, excluded_json
+FROM approvals WHERE action_hash = :action_hash AND policy_hash = :policy_hash
+ORDER BY created_at, approval_id;
+
+-- name: approval_lock
+-- Serialises the requests for one action: SQLite's write transaction already does.
+SELECT 1 AS locked;
 
 -- name: approval_insert
 INSERT INTO approvals
-    (approval_id, action_hash, action_json, policy_hash, status, created_at, expires_at)
+    (approval_id, action_hash, action_json, policy_hash, status, created_at, expires_at,
+     required, excluded_json)
 VALUES
-    (:approval_id, :action_hash, :action_json, :policy_hash, :status, :created_at, :expires_at);
+    (:approval_id, :action_hash, :action_json, :policy_hash, :status, :created_at, :expires_at,
+     :required, :excluded_json);
+
+-- name: approval_grant_insert
+INSERT OR IGNORE INTO approval_grants (approval_id, approver, granted_at, signature)
+VALUES (:approval_id, :approver, :granted_at, :signature);
+
+-- name: approval_grant_list
+SELECT approver, granted_at, signature FROM approval_grants WHERE approval_id = :approval_id
+ORDER BY granted_at, approver;
 
 -- name: approval_answer
 UPDATE approvals SET status = :status, approver = :approver, answered_at = :answered_at
@@ -104,3 +125,22 @@ ORDER BY seq IS NULL, seq, created_at;
 -- name: receipt_list_by_action
 SELECT receipt_id, seq, document, hash FROM receipts WHERE action_id = :action_id
 ORDER BY seq IS NULL, seq, created_at;
+
+-- --- effect-key templates (0005) -------------------------------------------------------------
+
+-- name: effect_template_get
+SELECT action, template, recorded_at, accepted_by FROM effect_templates WHERE action = :action;
+
+-- name: effect_template_insert
+INSERT OR IGNORE INTO effect_templates (action, template, recorded_at, accepted_by)
+VALUES (:action, :template, :recorded_at, NULL);
+
+-- name: effect_template_accept
+INSERT INTO effect_templates (action, template, recorded_at, accepted_by)
+VALUES (:action, :template, :recorded_at, :accepted_by)
+ON CONFLICT (action) DO UPDATE
+SET template = excluded.template, recorded_at = excluded.recorded_at,
+    accepted_by = excluded.accepted_by;
+
+-- name: effect_template_list
+SELECT action, template, recorded_at, accepted_by FROM effect_templates ORDER BY action;

@@ -1,21 +1,9 @@
-"""The whole exception hierarchy of ctrlrun.
-
-Three branches under one root:
-
-* ``Refused`` — the expected, fail-closed answers a caller handles (``ActionDenied``,
-  ``ApprovalRequired``, ``ApprovalMismatch``, ``DuplicateEffect``, ``AmbiguousEffect``, and for
-  documents ``VersionConflict``, ``DocumentNotFound``, ``DocumentExists``, ``MergeConflict``).
-  Each carries a machine-readable ``reason``.
-* faults — configuration, argument and store problems (``PolicyError``, ``InvalidArgument``,
-  ``DocumentTooLarge``, ``StoreError`` and its children such as ``Unreachable``,
-  ``MissingDependency``).
-* the executor's signal ``NotExecuted``: the only exception that means "the remote did nothing".
-
-Every field is keyword-only and survives pickling, so refusals cross process boundaries intact.
-"""
+"""The core of the exception hierarchy: the root, refusals of a protected call, the
+executor's signal and faults. ``ctrlrun.errors`` re-exports every class."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
@@ -31,6 +19,8 @@ class DenyReason(StrEnum):
     EFFECT_KEY_ERROR = "effect_key_error"
     APPROVAL_DENIED = "approval_denied"
     ATTEMPT_CEILING = "attempt_ceiling"
+    POLICY_UNLOADABLE = "policy_unloadable"
+    EFFECT_TEMPLATE_CHANGED = "effect_template_changed"
 
 
 class MismatchReason(StrEnum):
@@ -42,6 +32,9 @@ class MismatchReason(StrEnum):
     EXPIRED = "expired"
     PENDING = "pending"
     ANSWERED = "answered"
+    POLICY_CHANGED = "policy_changed"
+    REQUESTER = "requester"
+    UNSIGNED = "unsigned"
 
 
 class DuplicateState(StrEnum):
@@ -85,7 +78,7 @@ class CtrlrunError(Exception):
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready description: the class name, the message and every field."""
         out: dict[str, Any] = {"error": type(self).__name__, "message": self.message}
-        out.update({k: (str(v) if isinstance(v, StrEnum) else v) for k, v in self.fields().items()})
+        out.update({k: _plain(v) for k, v in self.fields().items()})
         return out
 
 
@@ -94,6 +87,14 @@ def evidence_name(exc: BaseException) -> str:
     existed (``AlreadyCommitted``, ``InProgress``) keep their base's name, so stored bytes and
     reports stay comparable."""
     return getattr(exc, "_evidence_name", None) or type(exc).__name__
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, StrEnum):
+        return str(value)
+    if isinstance(value, datetime):
+        return value.isoformat().replace("+00:00", "Z")
+    return value
 
 
 def _clip(text: str, limit: int = 300) -> str:
@@ -153,8 +154,38 @@ class EffectKeyError(ActionDenied):
         )
 
 
+class EffectTemplateChanged(ActionDenied):
+    """The store reserved ``action``'s keys under the ``remembered`` effect-key template and
+    this call renders its key from ``presented``: a different key could run the same effect
+    twice, so the call is refused until an operator accepts the change
+    (``ctrlrun policy accept``)."""
+
+    action: str
+    remembered: str
+    presented: str
+    _model_text = (
+        "Not allowed: this tool's configuration changed and awaits an operator. Do not retry."
+    )
+
+    def __init__(self, message: str, *, action: str, remembered: str, presented: str) -> None:
+        CtrlrunError.__init__(
+            self,
+            message,
+            reason=DenyReason.EFFECT_TEMPLATE_CHANGED,
+            action_id=None,
+            rule=None,
+            action=action,
+            remembered=remembered,
+            presented=presented,
+        )
+
+
 class ApprovalRequired(Refused):
-    """The action needs a human. Re-invoke inside ``with_approval(request_id)`` once granted."""
+    """The action needs a human. ``request_id`` is the request a person answers (the same one
+    for every identical call while it is pending); once granted, the identical call runs
+    (no need to present it), or present it with ``with_approval(request_id)``.
+    ``action_hash`` is what the request binds, ``expires_at`` when it lapses, ``summary`` a
+    one-line description for a person (name, arguments, principal)."""
 
     _model_text = (
         "Waiting for a person to approve this exact call (approval request {request_id})."
@@ -163,11 +194,41 @@ class ApprovalRequired(Refused):
 
     request_id: str
     action_id: str | None
+    action_hash: str | None
+    expires_at: datetime | None
+    summary: str | None
 
-    def __init__(self, message: str, *, request_id: str, action_id: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        request_id: str,
+        action_id: str | None = None,
+        action_hash: str | None = None,
+        expires_at: datetime | None = None,
+        summary: str | None = None,
+    ) -> None:
         super().__init__(
-            message, reason="approval_required", request_id=request_id, action_id=action_id
+            message,
+            reason="approval_required",
+            request_id=request_id,
+            action_id=action_id,
+            action_hash=action_hash,
+            expires_at=expires_at,
+            summary=summary,
         )
+
+
+class ProtectionMismatch(Refused):
+    """A protected function and the policy disagree: a template or a rule names an argument
+    the function does not take, so the call could never be decided as the policy is written.
+    ``findings`` lists every disagreement (``ctrlrun check`` shows the same list)."""
+
+    findings: tuple[str, ...]
+    _model_text = "Refused: this tool is misconfigured against its policy. Do not retry."
+
+    def __init__(self, message: str, *, findings: tuple[str, ...]) -> None:
+        super().__init__(message, reason="protection_mismatch", findings=tuple(findings))
 
 
 class ApprovalMismatch(Refused):
@@ -251,64 +312,6 @@ class AmbiguousEffect(Refused):
         super().__init__(message, reason="ambiguous", effect_key=effect_key, action_id=action_id)
 
 
-class VersionConflict(Refused):
-    """A compare-and-swap save was based on a version that is no longer the stored one.
-
-    Nothing was written. ``current_version`` is the stored version the refusal was decided
-    against; ``expected_version`` the one the save was based on.
-    """
-
-    doc_id: str
-    current_version: int
-    expected_version: int | None
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        doc_id: str,
-        current_version: int,
-        expected_version: int | None = None,
-    ) -> None:
-        super().__init__(
-            message,
-            reason="version_conflict",
-            doc_id=doc_id,
-            current_version=current_version,
-            expected_version=expected_version,
-        )
-
-
-class DocumentNotFound(Refused):
-    """No document has this id."""
-
-    doc_id: str
-
-    def __init__(self, message: str, *, doc_id: str) -> None:
-        super().__init__(message, reason="not_found", doc_id=doc_id)
-
-
-class DocumentExists(Refused):
-    """A create named an id that is already taken; nothing was written."""
-
-    doc_id: str
-    current_version: int
-
-    def __init__(self, message: str, *, doc_id: str, current_version: int) -> None:
-        super().__init__(
-            message, reason="document_exists", doc_id=doc_id, current_version=current_version
-        )
-
-
-class MergeConflict(Refused):
-    """A three-way merge met changes it cannot combine; ``keys`` names them. Nothing changed."""
-
-    keys: tuple[str, ...]
-
-    def __init__(self, message: str, *, keys: tuple[str, ...]) -> None:
-        super().__init__(message, reason="merge_conflict", keys=tuple(keys))
-
-
 # --- the executor's signal ---------------------------------------------------------------
 
 
@@ -332,23 +335,6 @@ class InvalidArgument(CtrlrunError, ValueError):
     """An input cannot be accepted (not canonicalisable, wrong type, impossible transition)."""
 
     _model_text = "Invalid input, nothing was done: {message}"
-
-    def __init__(self, message: str, **fields: Any) -> None:
-        super().__init__(message, **fields)
-
-
-class DocumentTooLarge(InvalidArgument):
-    """A document's canonical content (or a request body) is over the size limit, in bytes."""
-
-    size: int
-    limit: int
-
-    def __init__(self, message: str, *, size: int, limit: int) -> None:
-        super().__init__(message, size=size, limit=limit)
-
-
-class PreconditionRequired(InvalidArgument):
-    """A save named no version to compare against (HTTP 428); a blind overwrite is refused."""
 
     def __init__(self, message: str, **fields: Any) -> None:
         super().__init__(message, **fields)
@@ -419,6 +405,18 @@ class SchemaMismatch(StoreError):
         running: str = "",
     ) -> None:
         super().__init__(message, applied=tuple(applied), known=tuple(known), running=running)
+
+
+class StoreNotFound(SchemaMismatch):
+    """There is no ctrlrun store where one was expected (a missing or empty SQLite file, a
+    Postgres schema without ctrlrun's tables), and this open may not create one. Only
+    ``ctrlrun init`` and an explicit ``create=True`` create a store: a store that silently
+    reappeared empty would let a call run again what already ran. ``location`` says where."""
+
+    location: str
+
+    def __init__(self, message: str, *, location: str) -> None:
+        CtrlrunError.__init__(self, message, applied=(), known=(), running="", location=location)
 
 
 class WriteFailed(StoreError):
@@ -501,64 +499,3 @@ class MissingDependency(CtrlrunError, ImportError):
             f" checkout run pip install '.[{extra}]'"
         )
         super().__init__(message, module=module, extra=extra)
-
-
-# --- durable work (outbox, plans, long-running operations) ---------------------------------
-
-
-class Undeliverable(NotExecuted):
-    """Raised by an outbox handler: the remote did nothing and never will (a permanent refusal).
-    The message is FAILED at once instead of being retried."""
-
-    def __init__(self, message: str = "the message cannot be delivered", **fields: Any) -> None:
-        super().__init__(message, **fields)
-
-
-class ClaimLost(Refused):
-    """A fenced write matched no row: this worker's claim was reclaimed, or the work moved on.
-
-    ``kind`` is ``outbox``, ``plan`` or ``operation``; ``target`` the message, plan or operation
-    id; ``claim`` the attempt or epoch this worker held. Nothing was written.
-    """
-
-    kind: str
-    target: str
-    claim: int
-
-    def __init__(self, message: str, *, kind: str, target: str, claim: int) -> None:
-        super().__init__(message, reason="claim_lost", kind=kind, target=target, claim=claim)
-
-
-class PlanReason(StrEnum):
-    """Why a plan request was refused."""
-
-    UNKNOWN = "unknown"
-    HASH_MISMATCH = "hash_mismatch"
-    NOT_PENDING = "not_pending"
-    NOT_APPROVED = "not_approved"
-    EXPIRED = "expired"
-    BUSY = "busy"
-    TAMPERED = "tampered"
-
-
-class PlanRefused(Refused):
-    """A plan cannot be answered, claimed or run as asked. ``status`` is where it stands."""
-
-    reason: PlanReason
-    plan_id: str
-    status: str | None
-
-    def __init__(
-        self, message: str, *, reason: PlanReason, plan_id: str, status: str | None = None
-    ) -> None:
-        super().__init__(message, reason=reason, plan_id=plan_id, status=status)
-
-
-class OperationInFlight(Refused):
-    """Another operation is already queued or running on ``resource``; at most one may be."""
-
-    resource: str
-    operation_id: str
-
-    def __init__(self, message: str, *, resource: str, operation_id: str) -> None:
-        super().__init__(message, reason="in_flight", resource=resource, operation_id=operation_id)

@@ -1,0 +1,169 @@
+"""One protected call's parts: how it is to be protected (``CallSpec``), what it carries
+between steps (``InFlight``), and the small decisions and records every step shares."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from ctrlrun._time import check_positive
+from ctrlrun.errors import ActionDenied, InvalidArgument, OutcomeUnrecorded, StoreError
+from ctrlrun.kernel.action import Action
+from ctrlrun.kernel.effect import EffectState
+from ctrlrun.kernel.event import EventDraft, EventType
+from ctrlrun.kernel.policy import ActionPolicy
+from ctrlrun.kernel.receipt import ReceiptDraft, ReceiptResult
+from ctrlrun.kernel.template import Template
+from ctrlrun.kernel.text import check_label
+from ctrlrun.runtime.receipts import Verdict, describe, receipt_draft
+from ctrlrun.runtime.reconcile import Reconcile
+from ctrlrun.store.protocol import Started, StateStore
+
+log = logging.getLogger("ctrlrun")
+
+
+@dataclass(frozen=True, slots=True)
+class CallSpec:
+    """How one call is to be protected, beyond what the policy says."""
+
+    effect_key: str | None = None
+    effect: Template | None = None
+    lease: timedelta | None = None
+    reconcile: Reconcile | None = None
+    approval_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InFlight:
+    """One call in flight: the action, the verdict, its key and the events so far."""
+
+    action: Action
+    verdict: Verdict
+    effect_key: str | None
+    started_at: datetime
+    pre: tuple[EventDraft, ...]
+
+
+def check_size(action: Action, limit: int) -> None:
+    """``InvalidArgument`` before any write if the canonical arguments are over the limit
+    (a UTF-8 character is at most 4 bytes: most calls never encode to know)."""
+    text = action.arguments_text
+    if len(text) * 4 > limit:
+        size = len(text.encode("utf-8"))
+        if size > limit:
+            raise InvalidArgument(
+                f"{action.name}: {size} bytes of canonical arguments exceed the limit of"
+                f" {limit} (Control(max_argument_bytes=...))",
+                size=size,
+                limit=limit,
+            )
+
+
+OUTCOME_EVENTS = {
+    EffectState.COMMITTED: EventType.EXECUTION_COMMITTED,
+    EffectState.FAILED: EventType.EXECUTION_FAILED,
+    EffectState.AMBIGUOUS: EventType.EXECUTION_AMBIGUOUS,
+}
+
+
+OUTCOME_RESULTS = {state: ReceiptResult(state.value) for state in OUTCOME_EVENTS}
+
+
+def unrecorded(call: InFlight, outcome: EffectState, failure: StoreError) -> OutcomeUnrecorded:
+    """The error for an executor that ran but whose outcome the store did not take (logged)."""
+    key = call.effect_key
+    held = (
+        f"; {key!r} stays held and becomes AMBIGUOUS when its lease expires"
+        if key is not None
+        else ""
+    )
+    log.error(
+        "ctrlrun: %s ran but its outcome %s was not recorded: %s",
+        call.action.name,
+        outcome,
+        failure,
+    )
+    return OutcomeUnrecorded(
+        f"{call.action.name}: the executor ran, but its outcome ({outcome}) could not be"
+        f" recorded: {describe(failure)}{held}",
+        effect_key=key,
+        intended=str(outcome),
+    )
+
+
+def template_source(call: InFlight, entry: ActionPolicy | None, spec: CallSpec) -> str | None:
+    """The source of the template ``call``'s key was rendered from (None for a key given
+    outright, or no key): the store checks it against the action's remembered one."""
+    if call.effect_key is None or spec.effect_key is not None:
+        return None
+    template = spec.effect or (entry.effect if entry is not None else None)
+    return template.source if template is not None else None
+
+
+def denied_event(call: InFlight, exc: ActionDenied) -> EventDraft:
+    """The ``ACTION_DENIED`` event of a denied call."""
+    return EventDraft(
+        EventType.ACTION_DENIED,
+        call.action.action_id,
+        call.effect_key,
+        data={"reason": str(exc.reason), "rule": exc.rule},
+    )
+
+
+def make_spec(
+    effect_key: str | None,
+    effect: str | Template | None,
+    lease: timedelta | None,
+    reconcile: Reconcile | None,
+    approval_id: str | None,
+) -> CallSpec:
+    """The ``CallSpec`` of ``Control.execute``'s keywords, checked (``InvalidArgument``)."""
+    if effect_key is not None:
+        check_label(effect_key, "effect_key")
+    template = Template.parse(effect) if isinstance(effect, str) else effect
+    if lease is not None:
+        check_positive(lease, "lease")
+    return CallSpec(effect_key, template, lease, reconcile, approval_id)
+
+
+def summarize(action: Action) -> str:
+    """One line for a person: ``stripe.refund {"amount": 5, …} by support-bot/alice``, the
+    arguments whole (a person approves from it; every surface escapes what it shows)."""
+    principal = action.principal
+    who = principal.agent if principal.user is None else f"{principal.agent}/{principal.user}"
+    return f"{action.name} {action.arguments_text} by {who}"
+
+
+def outcome_draft(
+    call: InFlight, started: Started, result: ReceiptResult, error: str | None, now: datetime
+) -> ReceiptDraft:
+    """The receipt of ``call``'s attempt (as ``started`` granted it) ending in ``result``."""
+    approval = started.approval
+    reservation = started.reservation
+    return receipt_draft(
+        call.action,
+        call.verdict,
+        result,
+        started_at=call.started_at,
+        finished_at=now,
+        effect_key=call.effect_key,
+        attempt=reservation.attempt if reservation is not None else None,
+        approval_id=approval.approval_id if approval else None,
+        approver=approval.approver if approval else None,
+        signatures=approval.signatures if approval else (),
+        error=error,
+    )
+
+
+def committed_receipt(store: StateStore, effect_key: str) -> str | None:
+    """The receipt of the attempt that committed ``effect_key`` (a read on the refusal path
+    only), so an idempotent replay can point at it."""
+    record = store.get_effect(effect_key)
+    if record is None:
+        return None
+    for receipt in reversed(store.receipts(record.action_id)):
+        document = receipt.document
+        if document.get("effect_key") == effect_key and document.get("result") == "committed":
+            return receipt.receipt_id
+    return None

@@ -1,0 +1,110 @@
+"""A policy file edited while a process runs applies from its next call, no restart; an edit
+that no longer loads denies every call (logged) until the file loads again."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import pytest
+
+import ctrlrun
+from ctrlrun import ActionDenied, DenyReason
+
+ALLOW = """\
+schema: ctrlrun.policy/v1
+actions:
+  crm.read:
+    decision: allow
+"""
+
+DENY = """\
+schema: ctrlrun.policy/v1
+actions:
+  crm.read:
+    decision: deny
+    description: "reads are closed for the audit"
+"""
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    monkeypatch.delenv("CTRLRUN_STORE_URL", raising=False)
+    path = tmp_path / "ctrlrun.yaml"
+    path.write_text(ALLOW)
+    control = ctrlrun.Control.from_file(str(path), create=True)
+
+    @ctrlrun.protect("crm.read", control=control)
+    def read(customer: str):
+        return customer
+
+    yield path, control, read
+    control.store.close()
+
+
+def edit(path, text):
+    """Rewrite the file; bump its mtime so even a same-size edit within one tick is seen."""
+    before = os.stat(path).st_mtime_ns
+    path.write_text(text)
+    os.utime(path, ns=(before + 1_000_000, before + 1_000_000))
+
+
+def test_an_edit_applies_at_the_next_call(project):
+    path, control, read = project
+    with ctrlrun.context("bot"):
+        assert read("c1") == "c1"
+        edit(path, DENY)
+        with pytest.raises(ActionDenied) as denied:
+            read("c2")
+    assert denied.value.reason is DenyReason.POLICY
+    hashes = {r["policy_hash"] for r in control.store.receipts()}
+    assert len(hashes) == 2  # each receipt names the policy it was decided under
+
+
+def test_a_broken_edit_denies_every_call_until_fixed(project, caplog):
+    path, control, read = project
+    caplog.set_level(logging.WARNING, logger="ctrlrun")
+    with ctrlrun.context("bot"):
+        edit(path, ALLOW + "  this is: [not yaml\n")
+        for _ in range(2):
+            with pytest.raises(ActionDenied) as denied:
+                read("c1")
+            assert denied.value.reason is DenyReason.POLICY_UNLOADABLE
+            assert str(path) in str(denied.value)
+        errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+        assert len(errors) == 1 and "no longer loads" in errors[0].getMessage()
+        edit(path, ALLOW)
+        assert read("c1") == "c1"
+    assert any("reloaded" in r.getMessage() for r in caplog.records)
+    assert [r["result"] for r in control.store.receipts()] == ["committed"]
+
+
+def test_a_deleted_policy_file_denies_too(project):
+    path, _control, read = project
+    path.unlink()
+    with ctrlrun.context("bot"), pytest.raises(ActionDenied) as denied:
+        read("c1")
+    assert denied.value.reason is DenyReason.POLICY_UNLOADABLE
+
+
+def test_the_async_path_reloads_as_well(project):
+    import asyncio
+
+    path, control, _read = project
+
+    @ctrlrun.protect("crm.read", control=control)
+    async def aread(customer: str):
+        return customer
+
+    async def main():
+        with ctrlrun.context("bot"):
+            assert await aread("c1") == "c1"
+            edit(path, DENY)
+            with pytest.raises(ActionDenied):
+                await aread("c2")
+            edit(path, ALLOW + "  broken: [\n")
+            with pytest.raises(ActionDenied) as denied:
+                await aread("c3")
+            return denied.value.reason
+
+    assert asyncio.run(main()) is DenyReason.POLICY_UNLOADABLE

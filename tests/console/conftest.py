@@ -38,9 +38,11 @@ def _unavailable(why: str) -> None:
     pytest.skip(why)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
-    """One headless Chromium for the whole session."""
+    """One headless Chromium per test module. Not per session: Playwright's sync API keeps an
+    event loop running on the main thread while it is open, which would make every later
+    ``asyncio.run`` in the session fail; closing it with the module ends that loop."""
     if not CHROMIUM.exists():
         done = subprocess.run(["bash", str(INSTALL)], capture_output=True, text=True, check=False)
         if done.returncode != 0:

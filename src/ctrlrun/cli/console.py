@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from ctrlrun.cli.common import Refusal, checked_store_url, say
-from ctrlrun.cli.serve import _bind
+from ctrlrun.cli.serve import bind_listening
 from ctrlrun.errors import CtrlrunError, MissingDependency
 from ctrlrun.loopback import HostGuard, is_loopback, served_names
 
@@ -90,7 +90,7 @@ def console(  # noqa: PLR0917 - click passes one argument per option
             load_accounts(accounts) if accounts else None, trusted_header=trusted_header
         )
         state: Any = open_store(store_url, existing=True)
-        sock = _bind(host, port)
+        sock = bind_listening(host, port)
     except (CtrlrunError, OSError) as exc:
         raise Refusal(str(exc)) from None
     bound_host, bound_port = sock.getsockname()[:2]

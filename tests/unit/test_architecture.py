@@ -32,6 +32,7 @@ def test_import_ctrlrun_imports_no_optional_dependency():
     optional = {"psycopg", "psycopg_binary", "starlette", "uvicorn", "click", "hypothesis"}
     optional |= {"anyio", "asyncio"}  # the async driver loads on the first async call
     optional |= {"cryptography", "standardwebhooks", "opentelemetry", "pydantic_ai"}
+    optional |= {"langgraph", "langchain", "langchain_core", "agents", "openai"}
     ours = {"ctrlrun.cli", "ctrlrun.postgres", "ctrlrun.integrations.otel"}
     assert modules_loaded_by("ctrlrun", optional, ours) == ""
 

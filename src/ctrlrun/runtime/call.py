@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from ctrlrun._time import check_positive
-from ctrlrun.errors import ActionDenied, InvalidArgument, OutcomeUnrecorded, StoreError
+from ctrlrun.errors import ActionDenied, InvalidArgument, OutcomeUnrecorded, Refused, StoreError
 from ctrlrun.kernel.action import Action
 from ctrlrun.kernel.effect import EffectState
 from ctrlrun.kernel.event import EventDraft, EventType
@@ -167,3 +167,43 @@ def committed_receipt(store: StateStore, effect_key: str) -> str | None:
         if document.get("effect_key") == effect_key and document.get("result") == "committed":
             return receipt.receipt_id
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class RefusedOutcome:
+    """What to record when the store would not take an outcome: one event, one receipt."""
+
+    event: EventDraft
+    receipt: ReceiptDraft
+
+
+def outcome_refused_draft(
+    call: InFlight,
+    started: Started,
+    outcome: EffectState,
+    error: str | None,
+    refusal: Refused,
+    *,
+    now: datetime,
+) -> RefusedOutcome:
+    """The store would not take the outcome (the lease lapsed and a contender, or a human,
+    moved the record): what happened is unknown to the store, so the receipt says AMBIGUOUS
+    and names both the outcome and the refusal (logged)."""
+    log.warning(
+        "ctrlrun: %s outcome %s for %s was refused by the store: %s",
+        call.action.name,
+        outcome,
+        call.effect_key,
+        refusal,
+    )
+    detail = f"outcome {outcome} not recorded: {describe(refusal)}"
+    if error is not None:
+        detail = f"{error}; {detail}"
+    attempt = started.reservation.attempt if started.reservation is not None else None
+    event = EventDraft(
+        EventType.EXECUTION_AMBIGUOUS,
+        call.action.action_id,
+        call.effect_key,
+        data={"attempt": attempt, "intended": str(outcome), "error": detail},
+    )
+    return RefusedOutcome(event, outcome_draft(call, started, ReceiptResult.AMBIGUOUS, detail, now))

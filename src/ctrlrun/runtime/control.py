@@ -44,6 +44,7 @@ from ctrlrun.errors import (
 from ctrlrun.kernel.action import Action, Principal
 from ctrlrun.kernel.approval import (
     DEFAULT_APPROVAL_TTL,
+    ApprovalRecord,
     ApprovalRequestDraft,
     plan_reuse,
     requesters,
@@ -68,6 +69,7 @@ from ctrlrun.runtime.call import (
     denied_event,
     make_spec,
     outcome_draft,
+    outcome_refused_draft,
     summarize,
     template_source,
     unrecorded,
@@ -349,7 +351,37 @@ class Control:
             self._refuse(call, denied, ReceiptResult.DENIED, denied_event(call, denied))
         self._request_approval(call, entry.approval if entry is not None else DEFAULT_RULES)
 
+    def request_approval(self, action: Action) -> ApprovalRecord:
+        """The pending request for exactly ``action`` (made now, or the one already waiting),
+        without running anything: for a framework that pauses before it calls the tool.
+        ``InvalidArgument`` if the policy does not say ``approve`` for it."""
+        policy = self.refresh_policy()
+        action = normalized(policy, action)
+        evaluation = policy.evaluate(action)
+        if evaluation.decision is not Decision.APPROVE:
+            raise InvalidArgument(
+                f"{action.name}: the policy says {evaluation.decision}, not approve"
+            )
+        verdict = Verdict("approve", evaluation.label, policy.policy_hash, evaluation.controls)
+        pre = (proposed(action), evaluated(action, verdict, None))
+        call = InFlight(action, verdict, None, self._clock(), pre)
+        entry = policy.entry(action.name)
+        return self._ask(call, entry.approval if entry is not None else DEFAULT_RULES)
+
     def _request_approval(self, call: InFlight, rules: ApprovalRules) -> NoReturn:
+        record = self._ask(call, rules)
+        raise ApprovalRequired(
+            f"{call.action.name} needs a human:"
+            f" `{command_line('ctrlrun', 'approve', record.approval_id)}`; once granted, the"
+            " identical call runs",
+            request_id=record.approval_id,
+            action_id=call.action.action_id,
+            action_hash=record.action_hash,
+            expires_at=record.expires_at,
+            summary=summarize(call.action),
+        )
+
+    def _ask(self, call: InFlight, rules: ApprovalRules) -> ApprovalRecord:
         action = call.action.to_dict()
         draft = ApprovalRequestDraft(
             approval_id=new_id("apr"),
@@ -365,16 +397,7 @@ class Control:
         record = self.store.put_approval_request(draft, call.pre)
         if record.approval_id == draft.approval_id:  # a new request, not the pending one
             emit_approval(self._sinks, "requested", record)
-        raise ApprovalRequired(
-            f"{call.action.name} needs a human:"
-            f" `{command_line('ctrlrun', 'approve', record.approval_id)}`; once granted, the"
-            " identical call runs",
-            request_id=record.approval_id,
-            action_id=call.action.action_id,
-            action_hash=record.action_hash,
-            expires_at=record.expires_at,
-            summary=draft.summary,
-        )
+        return record
 
     # --- reserve --------------------------------------------------------------------------
 
@@ -531,14 +554,12 @@ class Control:
             try:
                 receipt = self.store.finish_action(request)
             except Refused as refusal:
-                receipt = self._outcome_refused(
-                    call,
-                    started=started,
-                    outcome=outcome,
-                    error=error,
-                    refusal=refusal,
-                    attempt=attempt,
+                kept = outcome_refused_draft(
+                    call, started, outcome, error, refusal, now=self._clock()
                 )
+                stored = self.store.record((kept.event,), kept.receipt)
+                assert stored is not None
+                receipt = stored
                 if outcome is not EffectState.AMBIGUOUS:
                     emit(self._sinks, receipt)
                     raise refusal from exc
@@ -546,37 +567,3 @@ class Control:
             raise unrecorded(call, outcome, failure) from failure
         emit(self._sinks, receipt)
         return receipt
-
-    def _outcome_refused(
-        self,
-        call: InFlight,
-        *,
-        started: Started,
-        outcome: EffectState,
-        error: str | None,
-        refusal: Refused,
-        attempt: int | None,
-    ) -> Receipt:
-        """The store would not take the outcome (the lease lapsed and a contender, or a human,
-        moved the record): what happened is unknown to the store, so the receipt says
-        AMBIGUOUS and names both the outcome and the refusal."""
-        log.warning(
-            "ctrlrun: %s outcome %s for %s was refused by the store: %s",
-            call.action.name,
-            outcome,
-            call.effect_key,
-            refusal,
-        )
-        detail = f"outcome {outcome} not recorded: {describe(refusal)}"
-        if error is not None:
-            detail = f"{error}; {detail}"
-        draft = outcome_draft(call, started, ReceiptResult.AMBIGUOUS, detail, self._clock())
-        event = EventDraft(
-            EventType.EXECUTION_AMBIGUOUS,
-            call.action.action_id,
-            call.effect_key,
-            data={"attempt": attempt, "intended": str(outcome), "error": detail},
-        )
-        stored = self.store.record((event,), draft)
-        assert stored is not None
-        return stored

@@ -1,0 +1,130 @@
+"""The OpenAI Agents SDK: a function tool whose approval pause is ctrlrun's request, and whose
+every refusal is a final tool result the model reads.
+
+``guarded_tool(refund, control=control, principal=lambda ctx: ctrlrun.Principal(...))`` takes an
+``@ctrlrun.protect``-ed function (sync or async) and returns a ``FunctionTool`` (public SDK API
+only: ``function_tool`` and ``dataclasses.replace``). Enforcement stays in the function:
+
+* ``needs_approval`` asks the policy (``control.evaluate``, arguments with the function's
+  defaults applied, as the call will have them): ``approve`` with no usable grant pauses the
+  run, and the pause makes the hash-bound request (``control.request_approval``), the same one
+  every identical call shares. A person grants it through ctrlrun, the app approves the SDK's
+  interruption (``state.approve(item)``) and resumes; the identical call finds the grant and runs
+  once.
+* ctrlrun re-checks the hash whatever the SDK's approval state says: an "always approve", a
+  forged run state or arguments changed on the way are refused, answered with a denial.
+* The principal comes from ``principal(ctx)``, the operator's callable over the run context,
+  never from the model's output. Refusals are results (``for_model()`` text), not errors the
+  SDK's error function would hide or a retry would repeat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import ctrlrun
+from ctrlrun.errors import CtrlrunError, MissingDependency, NotExecuted
+from ctrlrun.kernel.policy import Decision
+
+try:
+    from agents import FunctionTool, RunContextWrapper, function_tool
+except ImportError as exc:  # pragma: no cover - the extra is installed in the dev env
+    raise MissingDependency(module="openai-agents", extra="openai-agents") from exc
+
+PrincipalFor = Callable[[RunContextWrapper[Any]], ctrlrun.Principal]
+
+NOT_GRANTED = (
+    "Denied: this exact call was not approved in ctrlrun (nothing granted, or its arguments"
+    " differ from what was approved). Do not retry it; tell the user."
+)
+
+
+def guarded_tool(
+    fn: Callable[..., Any],
+    *,
+    control: ctrlrun.Control,
+    principal: PrincipalFor,
+    name: str | None = None,
+    description: str | None = None,
+) -> FunctionTool:
+    """``fn`` (protected with ``@ctrlrun.protect``) as an Agents SDK tool under ``control``."""
+    action = getattr(fn, "__ctrlrun_action__", None)
+    if action is None:
+        raise ctrlrun.InvalidArgument("guarded_tool takes a function protected with @protect")
+    arguments_of = _binder(fn)
+
+    async def needs_approval(ctx: RunContextWrapper[Any], params: dict[str, Any], _: str) -> bool:
+        who = principal(ctx)
+
+        def decide() -> bool:
+            answer = control.evaluate(action, arguments_of(params), who)
+            if answer.decision is not Decision.APPROVE or answer.approved:
+                return False  # anything else is decided (and enforced) inside the call
+            control.request_approval(answer.action)
+            return True
+
+        try:
+            return await asyncio.to_thread(decide)
+        except CtrlrunError:
+            return False  # bad arguments: the call itself refuses them, with a receipt
+
+    base = function_tool(
+        fn,
+        name_override=name,
+        description_override=description,
+        failure_error_function=None,
+        needs_approval=needs_approval,
+    )
+
+    async def invoke(ctx: Any, input_json: str) -> Any:
+        who = principal(ctx)
+        try:
+            with ctrlrun.context(who.agent, who.user):
+                return await base.on_invoke_tool(ctx, input_json)
+        except Exception as exc:
+            return answer_for(_cause(exc))
+
+    return dataclasses.replace(base, on_invoke_tool=invoke)
+
+
+def answer_for(error: BaseException) -> str:
+    """The tool result a model reads for ``error``."""
+    if isinstance(error, ctrlrun.ApprovalRequired):
+        return NOT_GRANTED
+    if isinstance(error, ctrlrun.Refused):
+        return error.for_model()
+    if isinstance(error, NotExecuted):
+        return f"The tool failed and did nothing ({error}); you may try again."
+    return (
+        f"The outcome of this call is unknown ({type(error).__name__}); it was recorded and will"
+        " be checked. Do not retry it."
+    )
+
+
+def _cause(error: BaseException) -> BaseException:
+    """The SDK's ``UserError`` carries the tool's own exception as its cause."""
+    seen = error
+    while not isinstance(seen, CtrlrunError) and seen.__cause__ is not None:
+        seen = seen.__cause__
+    return seen if isinstance(seen, CtrlrunError) else (error.__cause__ or error)
+
+
+def _binder(fn: Callable[..., Any]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """The model's raw arguments as the protected call will see them: defaults applied, the
+    excluded parameters left out."""
+    signature = inspect.signature(fn)
+    own = getattr(fn, "__ctrlrun_parameters__", frozenset(signature.parameters))
+
+    def bind(params: dict[str, Any]) -> dict[str, Any]:
+        try:
+            bound = signature.bind_partial(**params)
+        except TypeError as exc:
+            raise ctrlrun.InvalidArgument(str(exc)) from exc
+        bound.apply_defaults()
+        return {k: v for k, v in bound.arguments.items() if k in own}
+
+    return bind

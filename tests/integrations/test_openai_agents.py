@@ -1,0 +1,114 @@
+"""The OpenAI Agents SDK with its ScriptedModel, offline, on both stores: an allowed call runs
+once; an approval pauses the run with ctrlrun's request made; a grant through ctrlrun, the
+SDK's approve and a resume run it once; the SDK's approval alone (no grant) is a denial, never
+a run; refusals are results the model reads; sync and async tools."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from agents import Agent, Runner, set_tracing_disabled
+from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+
+import ctrlrun
+from ctrlrun import Control, Policy
+from ctrlrun.integrations.openai_agents import guarded_tool
+from support.policies import POLICY
+
+set_tracing_disabled(True)
+
+BOT = ctrlrun.Principal("support-bot", "alice")
+
+
+@pytest.fixture
+def control(store, clock):
+    return Control(Policy.from_yaml(POLICY), store, clock=clock)
+
+
+@pytest.fixture
+def ran():
+    return []
+
+
+@pytest.fixture(params=["sync", "async"])
+def tool(request, control, ran):
+    if request.param == "sync":
+
+        @ctrlrun.protect("stripe.refund", control=control)
+        def refund(payment_id: str, amount: int) -> str:
+            """Refund a payment."""
+            ran.append((payment_id, amount))
+            return f"refunded {amount}"
+
+    else:
+
+        @ctrlrun.protect("stripe.refund", control=control)
+        async def refund(payment_id: str, amount: int) -> str:
+            """Refund a payment."""
+            ran.append((payment_id, amount))
+            return f"refunded {amount}"
+
+    return guarded_tool(refund, control=control, principal=lambda ctx: BOT)
+
+
+def agent(tool, *calls):
+    steps = [
+        ModelStep(output=[function_call("refund", args, call_id=f"call_{i}")])
+        for i, args in enumerate(calls)
+    ]
+    model = ScriptedModel([*steps, ModelStep(output=[assistant_message("done")])])
+    return Agent(name="support", model=model, tools=[tool])
+
+
+def tool_outputs(result):
+    return [item.output for item in result.new_items if item.type == "tool_call_output_item"]
+
+
+def test_an_allowed_call_runs_once(tool, ran, store):
+    result = asyncio.run(Runner.run(agent(tool, {"payment_id": "pay_1", "amount": 5}), "go"))
+    assert tool_outputs(result) == ["refunded 5"] and ran == [("pay_1", 5)]
+    assert store.receipts()[-1]["principal"] == {"agent": "support-bot", "user": "alice"}
+
+
+def test_an_approval_pauses_with_the_request_and_a_grant_runs_it_once(tool, ran, control, store):
+    runner_agent = agent(tool, {"payment_id": "pay_big", "amount": 200_000})
+    paused = asyncio.run(Runner.run(runner_agent, "go"))
+    [item] = paused.interruptions
+    assert ran == []
+    found = control.approvals.for_action(
+        "stripe.refund", {"payment_id": "pay_big", "amount": 200_000}, BOT
+    )
+    assert found is not None and found.status.value == "pending"
+    control.approvals.grant(found.approval_id, "bob")
+    state = paused.to_state()
+    state.approve(item)
+    resumed = asyncio.run(Runner.run(runner_agent, state))
+    assert tool_outputs(resumed) == ["refunded 200000"] and ran == [("pay_big", 200_000)]
+    assert len(store.list_approvals()) == 1
+    [receipt] = [r for r in store.receipts() if r["result"] == "committed"]
+    assert receipt["approver"] == "bob"
+
+
+def test_the_sdk_s_approval_alone_is_a_denial(tool, ran):
+    runner_agent = agent(tool, {"payment_id": "pay_big", "amount": 200_000})
+    paused = asyncio.run(Runner.run(runner_agent, "go"))
+    state = paused.to_state()
+    [item] = paused.interruptions
+    state.approve(item, always_approve=True)
+    resumed = asyncio.run(Runner.run(runner_agent, state))
+    [text] = tool_outputs(resumed)
+    assert text.startswith("Denied: this exact call was not approved in ctrlrun") and ran == []
+
+
+def test_a_refusal_is_a_result_the_model_reads(tool, ran):
+    result = asyncio.run(Runner.run(agent(tool, {"payment_id": "x", "amount": 90_000_000}), "go"))
+    [text] = tool_outputs(result)
+    assert text.startswith("Not allowed") and ran == []
+
+
+def test_a_repeated_call_gets_the_duplicate_text(tool, ran):
+    call = {"payment_id": "pay_1", "amount": 5}
+    result = asyncio.run(Runner.run(agent(tool, call, call), "go"))
+    first, second = tool_outputs(result)
+    assert first == "refunded 5" and "already" in second.lower() and ran == [("pay_1", 5)]

@@ -56,6 +56,8 @@ def test_the_script_is_installed_and_lists_its_commands_in_workflow_order(tmp_pa
         "operations",
         "outbox",
         "serve",
+        "console",
+        "console-account",
         "gateway",
         "verify",
         "check",

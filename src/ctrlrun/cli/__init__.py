@@ -13,6 +13,7 @@ from ctrlrun.cli.approver import approver_group
 from ctrlrun.cli.check import check
 from ctrlrun.cli.common import CtrlrunGroup
 from ctrlrun.cli.conformance import conformance
+from ctrlrun.cli.console import console, console_account
 from ctrlrun.cli.demo import demo
 from ctrlrun.cli.effects import effects, resolve
 from ctrlrun.cli.gateway import gateway
@@ -43,6 +44,8 @@ COMMANDS = (
     operations_group,
     outbox_group,
     serve,
+    console,
+    console_account,
     gateway,
     verify,
     check,

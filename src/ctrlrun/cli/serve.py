@@ -23,7 +23,9 @@ DEFAULT_PORT = 8737
 __all__ = ["DEFAULT_PORT", "is_loopback", "serve"]
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def bind_listening(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` and already listening (so the address printed is
+    usable at once)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -100,7 +102,7 @@ def serve(  # noqa: PLR0917 - click passes one argument per option
 
     try:
         state: Any = open_store(store_url)
-        sock = _bind(host, port)
+        sock = bind_listening(host, port)
     except (CtrlrunError, OSError) as exc:
         raise Refusal(str(exc)) from None
     app = create_app(DocumentStore(state), max_body_bytes=max_body_bytes, body_timeout=timeout)

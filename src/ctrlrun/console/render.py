@@ -1,0 +1,67 @@
+"""Rendering pages: one Jinja2 environment with autoescape on for every template, so every
+value reaches HTML escaped unless a template says otherwise (none does)."""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from typing import Any
+
+import jinja2
+from starlette.requests import Request
+from starlette.responses import HTMLResponse
+
+from ctrlrun.canonical import canonical_text
+from ctrlrun.display import escape_text
+
+SECURITY_HEADERS = {
+    # no inline script may run: the console's own JS is one static file
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self';"
+        " connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",  # no-referrer makes Chromium post Origin: null
+    "Cache-Control": "no-store",
+}
+
+
+@lru_cache(maxsize=1)
+def environment() -> jinja2.Environment:
+    """The templates in this package, autoescaped, undefined names an error."""
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("ctrlrun.console", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    # shown text: control, bidi and format characters as visible escapes, then HTML-escaped
+    env.filters["shown"] = lambda value: escape_text(str(value))
+    # a JSON value as its canonical text (what hashes cover), shown the same way
+    env.filters["canon"] = canon
+    env.filters["instant"] = lambda value: value.strftime("%Y-%m-%d %H:%M:%S UTC") if value else ""
+    return env
+
+
+def canon(value: Any) -> str:
+    """``value`` as canonical JSON with unsafe characters escaped; a value that is not
+    canonical JSON (an altered row) as its plain JSON instead, never an error page."""
+    try:
+        return escape_text(canonical_text(value))
+    except (ValueError, TypeError):
+        return escape_text(json.dumps(value, default=str, ensure_ascii=False))
+
+
+def page(request: Request, template: str, status: int = 200, **values: Any) -> HTMLResponse:
+    """``template`` rendered with ``values``, the signed-in person and their CSRF token."""
+    person = request.scope.get("console.person")
+    html = (
+        environment()
+        .get_template(template)
+        .render(
+            person=person.name if person else None,
+            csrf=person.csrf if person else "",
+            path=request.url.path,
+            **values,
+        )
+    )
+    return HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)

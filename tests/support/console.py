@@ -1,0 +1,115 @@
+"""The console's browser tests: an agent's protected calls, the real `ctrlrun console`
+process, and the browser steps the tests share."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import ctrlrun
+from ctrlrun.console.auth import hash_password
+from support.policies import POLICY
+
+ROOT = Path(__file__).resolve().parents[2]
+SHOTS = ROOT / "docs" / "console"
+PASSWORD = "correct horse battery staple"
+CONSOLE_POLICY = (
+    POLICY
+    + """\
+  notify.send:
+    decision: approve
+    effect: "notify:{message_id}"
+"""
+)
+
+
+class Agents:
+    """An agent's protected calls against the store the console serves."""
+
+    def __init__(self, root: Path) -> None:
+        (root / ".ctrlrun").mkdir()
+        self.path = root / ".ctrlrun" / "state.db"
+        self.store = ctrlrun.SQLiteStateStore(self.path)
+        self.control = ctrlrun.Control(ctrlrun.Policy.from_yaml(CONSOLE_POLICY), self.store)
+        self.calls: list[dict] = []
+        self.fail_with: list[BaseException] = []
+
+        @ctrlrun.protect("stripe.refund", control=self.control)
+        def refund(payment_id: str, amount: int) -> dict:
+            self.calls.append({"payment_id": payment_id, "amount": amount})
+            if self.fail_with:
+                raise self.fail_with.pop(0)
+            return {"refund": f"re_{len(self.calls)}"}
+
+        @ctrlrun.protect("notify.send", control=self.control)
+        def notify(message_id: str, body: str) -> str:
+            return "sent"
+
+        self._refund, self._notify = refund, notify
+
+    def refund(self, payment_id: str, amount: int, approval: str | None = None) -> object:
+        with ctrlrun.context("support-bot", "alice"):
+            try:
+                if approval is None:
+                    return self._refund(payment_id=payment_id, amount=amount)
+                with ctrlrun.with_approval(approval):
+                    return self._refund(payment_id=payment_id, amount=amount)
+            except Exception as exc:
+                return exc
+
+    def notify(self, message_id: str, body: str) -> object:
+        with ctrlrun.context("notifier", None):
+            try:
+                return self._notify(message_id=message_id, body=body)
+            except Exception as exc:
+                return exc
+
+    def receipts_for(self, key: str) -> list[dict]:
+        return [r.document for r in self.store.receipts() if r["effect_key"] == key]
+
+
+class Console:
+    """`ctrlrun console` as a real process on a free loopback port."""
+
+    def __init__(self, root: Path, store_path: Path) -> None:
+        accounts = root / "accounts"
+        accounts.write_text(f"# people\nada:{hash_password(PASSWORD)}\n")
+        exe = Path(sys.executable).with_name("ctrlrun")
+        command = [str(exe if exe.exists() else shutil.which("ctrlrun"))]
+        self.proc = subprocess.Popen(
+            [
+                *command,
+                *("console", "--store-url", f"sqlite://{store_path}"),
+                *("--listen", "127.0.0.1:0", "--accounts", str(accounts)),
+            ],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stderr is not None
+        line = self.proc.stderr.readline()
+        found = re.search(r"http://127\.0\.0\.1:\d+/", line)
+        assert found, f"console did not start: {line}{self.proc.stderr.read()}"
+        self.url = found.group(0).rstrip("/")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+
+
+def sign_in(tab, name: str = "ada", password: str = PASSWORD) -> None:
+    tab.goto("/sign-in")
+    tab.fill("input[name=name]", name)
+    tab.fill("input[name=password]", password)
+    tab.click("#sign-in button")
+
+
+def screenshot(tab, name: str, tmp_path: Path) -> None:
+    """A full-page screenshot; into docs/console/ when CTRLRUN_CONSOLE_SCREENSHOTS is set
+    (the docs' images are made by these tests), else beside the test's files."""
+    where = SHOTS if os.environ.get("CTRLRUN_CONSOLE_SCREENSHOTS") else tmp_path
+    where.mkdir(parents=True, exist_ok=True)
+    tab.screenshot(path=str(where / f"{name}.png"), full_page=True)

@@ -16,7 +16,7 @@ from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ctrlrun.console import effects, inbox, receipts
+from ctrlrun.console import durable, effects, inbox, receipts
 from ctrlrun.console.approvals_source import InboxSource
 from ctrlrun.console.auth import COOKIE, SESSION_TTL, Gate
 from ctrlrun.console.render import SECURITY_HEADERS, page
@@ -102,5 +102,6 @@ def create_app(store: Any, gate: Gate) -> ASGIApp:
         *inbox.routes(InboxSource(store), gate),
         *effects.routes(store, gate),
         *receipts.routes(store),
+        *durable.routes(store, gate),
     ]
     return SignedIn(Starlette(routes=routes), gate)

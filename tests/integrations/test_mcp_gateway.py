@@ -285,3 +285,45 @@ def test_a_gateway_without_a_principal_refuses_anonymous_calls(control, calls, s
     refused = through_gateway(control, calls, work)
     assert refused.is_error and "anonymous" in text(refused)
     assert not store.receipts() and not ran(calls, "refund")
+
+
+def test_a_server_you_own_is_guarded_by_the_call_tool_middleware(control, store):
+    """guard_call_tool wraps a low-level server's own handler: the same decisions, at most
+    once, approvals and receipts, with no upstream in between."""
+    import mcp_types as types
+    from mcp.server.lowlevel import Server
+
+    from ctrlrun.integrations.mcp import guard_call_tool
+
+    executed = []
+
+    async def handler(ctx, params):
+        executed.append(params.arguments["payment_id"])
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=f"refunded {params.arguments['amount']}")]
+        )
+
+    async def list_tools(ctx, params):
+        schema = {
+            "type": "object",
+            "properties": {"payment_id": {"type": "string"}, "amount": {"type": "integer"}},
+        }
+        return types.ListToolsResult(tools=[types.Tool(name="refund", input_schema=schema)])
+
+    guarded = guard_call_tool(
+        handler, control, alias="pay", principal=ctrlrun.Principal("own-server")
+    )
+    server = Server("payments", on_list_tools=list_tools, on_call_tool=guarded)
+
+    async def main():
+        async with Client(server) as client:
+            first = await client.call_tool("refund", {"payment_id": "pay_o", "amount": 4})
+            again = await client.call_tool("refund", {"payment_id": "pay_o", "amount": 4})
+            big = await client.call_tool("refund", {"payment_id": "pay_b", "amount": 4000})
+            return first, again, big
+
+    first, again, big = anyio.run(main)
+    assert text(first) == "refunded 4" and first.meta[RECEIPT_META].startswith("rcp_")
+    assert again.is_error and text(again).startswith("Already done")
+    assert big.is_error and "ctrlrun approve apr_" in text(big)
+    assert executed == ["pay_o"]

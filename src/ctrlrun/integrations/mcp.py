@@ -23,7 +23,7 @@ that reach tools only through MCP and whose code cannot change (``ctrlrun gatewa
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import ctrlrun
@@ -39,6 +39,9 @@ except ImportError as exc:  # pragma: no cover - the extra is installed in the d
     raise MissingDependency(module="mcp", extra="mcp") from exc
 
 RECEIPT_META = "ctrlrun/receipt_id"
+
+Caller = Callable[[str, dict[str, Any]], Awaitable[types.CallToolResult]]
+"""Calls one tool for real: an upstream client's ``call_tool``, or a server's own handler."""
 
 
 class UpstreamError(Exception):
@@ -96,15 +99,19 @@ class Gateway:
             return ctrlrun.Principal(token.client_id, token.subject)
         return self.principal
 
-    async def call(self, tool: str, arguments: dict[str, Any]) -> types.CallToolResult:
-        """Call ``tool`` upstream under ctrlrun; the result the client receives."""
-        upstream, quiet = self.upstream, tool in self.not_executed_on_error
+    async def call(
+        self, tool: str, arguments: dict[str, Any], *, via: Caller | None = None
+    ) -> types.CallToolResult:
+        """Call ``tool`` under ctrlrun through ``via`` (default: the upstream client's
+        ``call_tool``); the result the client receives."""
+        upstream = via or self.upstream.call_tool
+        quiet = tool in self.not_executed_on_error
         who = self.who()
         if who is None:
             return _error("Refused: anonymous calls are not served (no verified token).")
 
         async def executor(**canonical: Any) -> dict[str, Any]:
-            result = await upstream.call_tool(tool, canonical)
+            result = await upstream(tool, canonical)
             if result.is_error:
                 if quiet:
                     raise NotExecuted(_text(result) or "the tool refused before acting")
@@ -137,3 +144,37 @@ def _error(text: str) -> types.CallToolResult:
 
 def _text(result: types.CallToolResult) -> str:
     return " ".join(getattr(block, "text", "") for block in result.content).strip()
+
+
+Handler = Callable[[Any, types.CallToolRequestParams], Awaitable[Any]]
+
+
+def guard_call_tool(
+    handler: Handler,
+    control: ctrlrun.Control,
+    *,
+    alias: str,
+    principal: ctrlrun.Principal | None,
+    not_executed_on_error: Iterable[str] = (),
+) -> Handler:
+    """Middleware for an MCP server you own: ``handler`` (a low-level ``on_call_tool``) with
+    every call going through ctrlrun first, as the gateway does for an upstream server. Pass
+    the result as the ``Server``'s ``on_call_tool``; filter ``on_list_tools`` yourself with
+    ``policy.entry(f"mcp.{alias}.{tool}")`` if the model must not see unnamed tools."""
+    gateway = Gateway(
+        control,
+        None,  # type: ignore[arg-type]  # every call goes through ``via``
+        alias=alias,
+        principal=principal,
+        not_executed_on_error=not_executed_on_error,
+    )
+
+    async def guarded(ctx: Any, params: types.CallToolRequestParams) -> Any:
+        async def own(tool: str, arguments: dict[str, Any]) -> types.CallToolResult:
+            request = types.CallToolRequestParams(name=tool, arguments=arguments)
+            result = await handler(ctx, request)
+            return types.CallToolResult.model_validate(result)
+
+        return await gateway.call(params.name, dict(params.arguments or {}), via=own)
+
+    return guarded

@@ -327,3 +327,18 @@ def test_a_server_you_own_is_guarded_by_the_call_tool_middleware(control, store)
     assert again.is_error and text(again).startswith("Already done")
     assert big.is_error and "ctrlrun approve apr_" in text(big)
     assert executed == ["pay_o"]
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+def test_both_protocol_eras_are_served(control, calls, store, mode):
+    """The handshake era (``legacy``) and the stateless 2026-07-28 era (``auto`` negotiates it
+    with this SDK's server) both list and call through the gateway."""
+
+    async def work(client, gateway):
+        async with Client(gateway.server(), mode=mode) as chosen:
+            names = sorted(t.name for t in (await chosen.list_tools()).tools)
+            done = await chosen.call_tool("refund", {"payment_id": f"pay_{mode}", "amount": 2})
+            return names, done
+
+    names, done = through_gateway(control, calls, work)
+    assert "refund" in names and text(done) == f"refunded 2 on pay_{mode}"

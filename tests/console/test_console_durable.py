@@ -60,3 +60,25 @@ def test_a_parked_message_is_settled_behind_a_confirmation(page, agents):
     page.locator("#confirm button").click()
     assert f"settled {message_id}" in page.inner_text(".done")
     assert outbox.get(message_id).status is MessageStatus.SENT
+
+
+def test_an_unknown_start_is_reconciled_behind_a_confirmation(page, agents):
+    from ctrlrun.durable import Operations, OperationStatus
+
+    operations = Operations(agents.store)
+    queued = operations.submit("vm.create", "vm:web-1", {"size": "large"})
+
+    def lost(operation):
+        raise TimeoutError("the provider's reply was lost")
+
+    flagged = operations.start(queued.operation_id, lost)
+    assert flagged.reconcile
+    page.goto("/durable")
+    section = page.locator(f"#operation-{queued.operation_id}")
+    section.locator("input[name=remote_id]").fill("i-0abc")
+    section.locator("form.found button").click()
+    assert "never started again" in page.inner_text(".consequence")
+    page.locator("#confirm button").click()
+    assert f"reconciled {queued.operation_id}" in page.inner_text(".done")
+    settled = operations.get(queued.operation_id)
+    assert (settled.status, settled.remote_id) == (OperationStatus.RUNNING, "i-0abc")

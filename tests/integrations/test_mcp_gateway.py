@@ -342,3 +342,35 @@ def test_both_protocol_eras_are_served(control, calls, store, mode):
 
     names, done = through_gateway(control, calls, work)
     assert "refund" in names and text(done) == f"refunded 2 on pay_{mode}"
+
+
+def test_an_upstream_over_streamable_http(tmp_path, calls):
+    """`ctrlrun gateway --upstream-url` in front of an upstream served over HTTP on loopback."""
+    import subprocess
+
+    upstream = subprocess.Popen(
+        [sys.executable, "-m", "support.mcp_upstream", str(calls), "--http"],
+        cwd=TESTS,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        port = int(upstream.stdout.readline())
+        policy = tmp_path / "ctrlrun.yaml"
+        policy.write_text(POLICY)
+        ctrlrun.SQLiteStateStore(tmp_path / "state.db", create=True).close()
+        script = Path(sys.executable).with_name("ctrlrun")
+        args = ["gateway", "--upstream-url", f"http://127.0.0.1:{port}/mcp", "--alias", "pay"]
+        args += ["--principal", "desktop-agent", "--policy", str(policy)]
+        args += ["--store-url", f"sqlite:///{tmp_path / 'state.db'}"]
+        served = StdioServerParameters(command=str(script), args=args)
+
+        async def main():
+            async with Client(served) as client:
+                return await client.call_tool("refund", {"payment_id": "pay_u", "amount": 6})
+
+        assert text(anyio.run(main)) == "refunded 6 on pay_u"
+        assert len(ran(calls, "refund-pay_u")) == 1
+    finally:
+        upstream.terminate()
+        upstream.wait(timeout=30)

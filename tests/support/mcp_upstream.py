@@ -1,6 +1,7 @@
 """A real upstream MCP server (the SDK's MCPServer), run as a stdio subprocess by the gateway
-tests: ``python -m support.mcp_upstream CALLS_DIR``. Every execution of ``refund`` leaves a
-marker file in CALLS_DIR, so "ran exactly once" is visible across processes; ``explode`` acts
+tests: ``python -m support.mcp_upstream CALLS_DIR`` (stdio), or with ``--http`` over
+streamable HTTP on a free loopback port, which it prints first. Every execution of
+``refund`` leaves a marker file in CALLS_DIR, so "ran exactly once" is visible across processes; ``explode`` acts
 and then reports an error; ``decline`` reports an error before acting; ``secret`` is a tool the
 policy does not name."""
 
@@ -14,7 +15,7 @@ import uuid
 from mcp.server.mcpserver import MCPServer
 
 server = MCPServer("payments")
-CALLS = sys.argv[1] if len(sys.argv) > 1 else "."
+CALLS = sys.argv[1] if len(sys.argv) > 1 and not sys.argv[1].startswith("--") else "."
 
 
 def mark(name: str) -> None:
@@ -58,5 +59,22 @@ def secret(x: int) -> int:
     return x
 
 
+def serve_http() -> None:
+    """Streamable HTTP on a free loopback port, printed first on stdout."""
+    import socket
+
+    import uvicorn
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    print(sock.getsockname()[1], flush=True)
+    config = uvicorn.Config(server.streamable_http_app(), log_level="warning", lifespan="on")
+    uvicorn.Server(config).run(sockets=[sock])
+
+
 if __name__ == "__main__":
-    server.run("stdio")
+    if "--http" in sys.argv:
+        serve_http()
+    else:
+        server.run("stdio")

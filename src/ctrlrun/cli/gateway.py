@@ -16,9 +16,14 @@ from ctrlrun.loopback import is_loopback
 @click.option(
     "--upstream-stdio",
     "command",
-    required=True,
     metavar="CMD",
     help="The upstream MCP server's command line, run as a subprocess speaking stdio.",
+)
+@click.option(
+    "--upstream-url",
+    "url",
+    metavar="URL",
+    help="Or: the upstream MCP server's streamable HTTP endpoint (http(s)://…/mcp).",
 )
 @click.option("--alias", required=True, help="Its tools are the actions mcp.<alias>.<tool>.")
 @click.option(
@@ -43,7 +48,8 @@ from ctrlrun.loopback import is_loopback
 @click.option("--allow-remote", is_flag=True, help="With --listen: a non-loopback address.")
 @store_url_option
 def gateway(  # noqa: PLR0917 - click passes one argument per option
-    command: str,
+    command: str | None,
+    url: str | None,
     alias: str,
     principal: str,
     quiet: tuple[str, ...],
@@ -59,14 +65,27 @@ def gateway(  # noqa: PLR0917 - click passes one argument per option
 
     import ctrlrun
 
-    argv = shlex.split(command)
-    if not argv:
-        raise Refusal("--upstream-stdio is empty: give the upstream server's command line")
+    if (command is None) == (url is None):
+        raise click.UsageError("give exactly one of --upstream-stdio and --upstream-url")
+    argv = shlex.split(command) if command is not None else [url or ""]
+    if not argv or not argv[0]:
+        raise Refusal("the upstream is empty: give the server's command line or URL")
     agent, _, user = principal.partition("/")
     who = ctrlrun.Principal(agent, user or None)
     sock = None if listen is None else _listening(listen, allow_remote=allow_remote)
     control = _control(policy, store_url)
-    anyio.run(_serve, control, argv, alias, who, quiet, sock)
+    upstream = _upstream(argv, url is not None)
+    anyio.run(_serve, control, upstream, alias, who, quiet, sock)
+
+
+def _upstream(argv: list[str], is_url: bool) -> Any:
+    from mcp import StdioServerParameters
+
+    if is_url:
+        if not argv[0].startswith(("http://", "https://")):
+            raise Refusal(f"--upstream-url takes http(s)://…, got {argv[0]!r}")
+        return argv[0]  # mcp.Client connects to a URL over streamable HTTP
+    return StdioServerParameters(command=argv[0], args=argv[1:])
 
 
 def _listening(listen: str, *, allow_remote: bool) -> socket.socket:
@@ -99,18 +118,17 @@ def _control(policy: str | None, store_url: str | None) -> object:
 
 async def _serve(  # noqa: PLR0917 - the command's parts, passed through anyio.run
     control: object,
-    argv: list[str],
+    upstream: Any,
     alias: str,
     who: object,
     quiet: tuple[str, ...],
     sock: socket.socket | None,
 ) -> None:
-    from mcp import Client, StdioServerParameters
+    from mcp import Client
     from mcp.server.stdio import stdio_server
 
     from ctrlrun.integrations.mcp import Gateway
 
-    upstream = StdioServerParameters(command=argv[0], args=argv[1:])
     async with Client(upstream) as connected:
         served = Gateway(
             control,  # type: ignore[arg-type]

@@ -1,9 +1,9 @@
-"""A real upstream MCP server (the SDK's MCPServer), run as a stdio subprocess by the gateway
+"""A real upstream MCP server (the SDK's MCPServer), run as a subprocess by the gateway
 tests: ``python -m support.mcp_upstream CALLS_DIR`` (stdio), or with ``--http`` over
 streamable HTTP on a free loopback port, which it prints first. Every execution of
-``refund`` leaves a marker file in CALLS_DIR, so "ran exactly once" is visible across processes; ``explode`` acts
-and then reports an error; ``decline`` reports an error before acting; ``secret`` is a tool the
-policy does not name."""
+``refund`` leaves a marker file in CALLS_DIR, so "ran exactly once" is visible across
+processes; ``explode`` acts and then reports an error; ``decline`` reports an error before
+acting; ``hang`` acts and never answers; ``secret`` is a tool the policy does not name."""
 
 from __future__ import annotations
 

@@ -374,3 +374,29 @@ def test_an_upstream_over_streamable_http(tmp_path, calls):
     finally:
         upstream.terminate()
         upstream.wait(timeout=30)
+
+
+def test_a_client_that_elicits_urls_is_pointed_at_the_console(control, calls, store):
+    """With a console URL configured, a client declaring URL-mode elicitation gets a -32042
+    elicitation naming the request in the console; one that does not gets the tool error."""
+    from mcp import MCPError
+
+    async def elicit(ctx, params):  # its mere presence declares the capability
+        raise AssertionError("the gateway answers with an error, it does not ask")
+
+    async def work(client, gateway):
+        gateway.console_url = "http://127.0.0.1:8738"
+        plain = await client.call_tool("refund", {"payment_id": "pay_e", "amount": 5000})
+        async with Client(gateway.server(), elicitation_callback=elicit) as eliciting:
+            try:
+                await eliciting.call_tool("refund", {"payment_id": "pay_e", "amount": 5000})
+            except MCPError as raised:
+                return plain, raised
+        return plain, None
+
+    plain, raised = through_gateway(control, calls, work)
+    [request] = store.list_approvals()  # one request: the second call found the first
+    assert plain.is_error and plain.meta["ctrlrun/approval_request_id"] == request.approval_id
+    assert raised is not None and raised.error.code == -32042
+    [offered] = raised.error.data["elicitations"]
+    assert offered["url"] == f"http://127.0.0.1:8738/#request-{request.approval_id}"

@@ -46,6 +46,11 @@ from ctrlrun.loopback import is_loopback
     help="Serve over streamable HTTP at http://HOST:PORT/mcp instead of stdio (port 0: any).",
 )
 @click.option("--allow-remote", is_flag=True, help="With --listen: a non-loopback address.")
+@click.option(
+    "--console-url",
+    metavar="URL",
+    help="The ctrlrun console's address: clients that elicit URLs are sent there to approve.",
+)
 @store_url_option
 def gateway(  # noqa: PLR0917 - click passes one argument per option
     command: str | None,
@@ -56,6 +61,7 @@ def gateway(  # noqa: PLR0917 - click passes one argument per option
     policy: str | None,
     listen: str | None,
     allow_remote: bool,
+    console_url: str | None,
     store_url: str | None,
 ) -> None:
     """Serve the upstream MCP server's tools over stdio (or streamable HTTP with --listen):
@@ -75,7 +81,7 @@ def gateway(  # noqa: PLR0917 - click passes one argument per option
     sock = None if listen is None else _listening(listen, allow_remote=allow_remote)
     control = _control(policy, store_url)
     upstream = _upstream(argv, url is not None)
-    anyio.run(_serve, control, upstream, alias, who, quiet, sock)
+    anyio.run(_serve, control, upstream, alias, who, (quiet, console_url), sock)
 
 
 def _upstream(argv: list[str], is_url: bool) -> Any:
@@ -121,7 +127,7 @@ async def _serve(  # noqa: PLR0917 - the command's parts, passed through anyio.r
     upstream: Any,
     alias: str,
     who: object,
-    quiet: tuple[str, ...],
+    options: tuple[tuple[str, ...], str | None],
     sock: socket.socket | None,
 ) -> None:
     from mcp import Client
@@ -135,7 +141,8 @@ async def _serve(  # noqa: PLR0917 - the command's parts, passed through anyio.r
             connected,
             alias=alias,
             principal=who,  # type: ignore[arg-type]
-            not_executed_on_error=quiet,
+            not_executed_on_error=options[0],
+            console_url=options[1],
         ).server()
         if sock is not None:
             await _serve_http(served, sock)

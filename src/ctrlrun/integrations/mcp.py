@@ -12,8 +12,11 @@ that reach tools only through MCP and whose code cannot change (``ctrlrun gatewa
   listed in ``not_executed_on_error`` (it errors only before acting: FAILED, retry allowed); an
   SDK-local error (closed connection, timeout) is AMBIGUOUS. The receipt id travels back in the
   result's ``_meta`` (``ctrlrun/receipt_id``).
-* A call that needs a person is answered with a tool error carrying the request id and what to
-  do; once a person grants it, the identical re-call runs (identical calls share one request).
+* A call that needs a person is answered with a tool error carrying the request id (also in
+  ``_meta`` as ``ctrlrun/approval_request_id``) and what to do; once a person grants it, the
+  identical re-call runs (identical calls share one request). With ``console_url`` set and a
+  client that declares URL-mode elicitation, the call is answered instead with a URL
+  elicitation (``-32042``) pointing at the request in the console.
   Every other refusal is a tool error with the model-facing text.
 * The principal is fixed by the operator (flags), or over HTTP taken from a verified access
   token (its client id, and its subject as the user; ``server().streamable_http_app(
@@ -32,13 +35,14 @@ from ctrlrun.runtime.call import CallSpec
 
 try:
     import mcp_types as types
-    from mcp import Client
+    from mcp import Client, UrlElicitationRequiredError
     from mcp.server.auth.middleware.auth_context import get_access_token
     from mcp.server.lowlevel import Server
 except ImportError as exc:  # pragma: no cover - the extra is installed in the dev env
     raise MissingDependency(module="mcp", extra="mcp") from exc
 
 RECEIPT_META = "ctrlrun/receipt_id"
+REQUEST_META = "ctrlrun/approval_request_id"
 
 Caller = Callable[[str, dict[str, Any]], Awaitable[types.CallToolResult]]
 """Calls one tool for real: an upstream client's ``call_tool``, or a server's own handler."""
@@ -63,7 +67,9 @@ class Gateway:
         alias: str,
         principal: ctrlrun.Principal | None,
         not_executed_on_error: Iterable[str] = (),
+        console_url: str | None = None,
     ) -> None:
+        self.console_url = console_url.rstrip("/") if console_url else None
         self.control = control
         self.upstream = upstream
         self.alias = alias
@@ -89,7 +95,20 @@ class Gateway:
         return types.ListToolsResult(tools=tools)
 
     async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> Any:
-        return await self.call(params.name, dict(params.arguments or {}))
+        result = await self.call(params.name, dict(params.arguments or {}))
+        request_id = (result.meta or {}).get(REQUEST_META)
+        if request_id and self.console_url and _offers_url_elicitation(ctx):
+            raise UrlElicitationRequiredError(
+                [
+                    types.ElicitRequestURLParams(
+                        message=f"{_text(result)}",
+                        url=f"{self.console_url}/#request-{request_id}",
+                        elicitation_id=str(request_id),
+                    )
+                ],
+                message="a person must approve this call in the ctrlrun console",
+            )
+        return result
 
     def who(self) -> ctrlrun.Principal | None:
         """Who this call is made as: the client of a verified access token (its client id,
@@ -122,10 +141,11 @@ class Gateway:
             action = self.control.build(self.action(tool), arguments, who)
             value, receipt = await self.control.arun(action, executor, CallSpec())
         except ctrlrun.ApprovalRequired as needed:
-            return _error(
+            waiting = _error(
                 f"{needed.for_model()} Once a person approves it (`ctrlrun approve"
                 f" {needed.request_id}`), the identical call runs."
             )
+            return waiting.model_copy(update={"meta": {REQUEST_META: needed.request_id}})
         except ctrlrun.CtrlrunError as refused:
             return _error(refused.for_model())
         except UpstreamError as failed:
@@ -136,6 +156,13 @@ class Gateway:
         meta = dict(result.meta or {})
         meta[RECEIPT_META] = receipt.receipt_id
         return result.model_copy(update={"meta": meta})
+
+
+def _offers_url_elicitation(ctx: Any) -> bool:
+    """Did this client declare URL-mode elicitation (2025-11-25 and later)?"""
+    capabilities = getattr(getattr(ctx, "session", None), "client_capabilities", None)
+    elicitation = getattr(capabilities, "elicitation", None)
+    return getattr(elicitation, "url", None) is not None
 
 
 def _error(text: str) -> types.CallToolResult:

@@ -400,3 +400,30 @@ def test_a_client_that_elicits_urls_is_pointed_at_the_console(control, calls, st
     assert raised is not None and raised.error.code == -32042
     [offered] = raised.error.data["elicitations"]
     assert offered["url"] == f"http://127.0.0.1:8738/#request-{request.approval_id}"
+
+
+def test_an_in_memory_upstream(control, store):
+    """The upstream as an in-process MCPServer (no transport at all)."""
+    from mcp.server.mcpserver import MCPServer
+
+    upstream = MCPServer("in-memory")
+    executed = []
+
+    @upstream.tool()
+    def refund(payment_id: str, amount: int) -> str:
+        """Refund a payment."""
+        executed.append(payment_id)
+        return f"refunded {amount} on {payment_id}"
+
+    async def main():
+        async with Client(upstream) as connected:
+            gateway = Gateway(
+                control, connected, alias="pay", principal=ctrlrun.Principal("in-memory-agent")
+            )
+            async with Client(gateway.server()) as client:
+                first = await client.call_tool("refund", {"payment_id": "pay_m", "amount": 1})
+                again = await client.call_tool("refund", {"payment_id": "pay_m", "amount": 1})
+                return first, again
+
+    first, again = anyio.run(main)
+    assert text(first) == "refunded 1 on pay_m" and again.is_error and executed == ["pay_m"]

@@ -97,3 +97,53 @@ def test_no_module_imports_a_private_name_from_another():
                     if a.name.startswith("_") and a.name != "__version__"
                 ]
     assert offenders == []
+
+
+def _module_imports(path):
+    """The ``ctrlrun…`` and top-level modules ``path`` imports at module level (a lazy import
+    inside a function is a deliberate, documented exception)."""
+    found = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.If | ast.Try):  # TYPE_CHECKING blocks and guarded imports
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.ImportFrom) and inner.module:
+                    found.add(inner.module)
+    return found
+
+
+KERNEL_MAY_IMPORT = ("ctrlrun._time", "ctrlrun.canonical", "ctrlrun.display", "ctrlrun.errors")
+
+
+@pytest.mark.parametrize("path", sorted((SRC / "kernel").glob("*.py")), ids=lambda p: p.name)
+def test_the_kernel_imports_nothing_above_it(path):
+    above = [
+        m
+        for m in _module_imports(path)
+        if m.startswith("ctrlrun")
+        and not m.startswith("ctrlrun.kernel")
+        and m not in KERNEL_MAY_IMPORT
+    ]
+    assert above == []
+
+
+@pytest.mark.parametrize("path", sorted((SRC / "runtime").glob("*.py")), ids=lambda p: p.name)
+def test_the_runtime_imports_no_concrete_store(path):
+    concrete = [
+        m
+        for m in _module_imports(path)
+        if m.startswith(("ctrlrun.store.sqlite", "ctrlrun.store.postgres", "ctrlrun.postgres"))
+    ]
+    assert concrete == []
+
+
+def test_only_the_postgres_store_imports_the_driver_at_module_level():
+    importers = sorted(
+        str(path.relative_to(SRC))
+        for path in SRC.rglob("*.py")
+        if any(m.split(".")[0] == "psycopg" for m in _module_imports(path))
+    )
+    assert all(p.startswith(("store/postgres/", "postgres.py")) for p in importers), importers

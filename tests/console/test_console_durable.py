@@ -7,14 +7,16 @@ from __future__ import annotations
 
 from ctrlrun.durable import Outbox, Plans, PlanStatus
 from ctrlrun.kernel.outbox import MessageStatus
+from support.console import screenshot
 
 RESERVE = {"action": "inventory.reserve", "arguments": {"item": "widget\u202e", "qty": 2}}
 
 
-def test_a_plan_is_shown_whole_and_approved_by_its_hash(page, agents):
+def test_a_plan_is_shown_whole_and_approved_by_its_hash(page, agents, tmp_path):
     plans = Plans(agents.store)
     plan = plans.propose([RESERVE], agent="planner", user="alice")
     page.goto("/durable")
+    screenshot(page, "durable", tmp_path)
     section = page.locator(f"#plan-{plan.plan_id}")
     assert section.locator(".hash").inner_text() == plan.plan_hash
     assert "\\u202e" in section.locator("code.value").inner_text()  # shown, never obeyed
@@ -42,7 +44,7 @@ def test_a_plan_changed_after_it_was_shown_is_refused(page, agents):
     assert plans.get(plan.plan_id).status is PlanStatus.PENDING
 
 
-def test_a_parked_message_is_settled_behind_a_confirmation(page, agents):
+def test_a_parked_message_is_settled_behind_a_confirmation(page, agents, tmp_path):
     outbox = Outbox(agents.store)
     message_id = outbox.enqueue("email.send", {"to": "ops@example.com"})
 
@@ -57,6 +59,7 @@ def test_a_parked_message_is_settled_behind_a_confirmation(page, agents):
     assert row.locator(".status").inner_text() == "ambiguous"
     row.locator("form.settle-sent button").click()
     assert "delivered" in page.inner_text(".consequence")
+    screenshot(page, "settle-confirm", tmp_path)
     page.locator("#confirm button").click()
     assert f"settled {message_id}" in page.inner_text(".done")
     assert outbox.get(message_id).status is MessageStatus.SENT

@@ -30,11 +30,11 @@ CONSOLE_POLICY = (
 class Agents:
     """An agent's protected calls against the store the console serves."""
 
-    def __init__(self, root: Path) -> None:
-        (root / ".ctrlrun").mkdir()
+    def __init__(self, root: Path, policy: str = CONSOLE_POLICY) -> None:
+        (root / ".ctrlrun").mkdir(exist_ok=True)
         self.path = root / ".ctrlrun" / "state.db"
         self.store = ctrlrun.SQLiteStateStore(self.path)
-        self.control = ctrlrun.Control(ctrlrun.Policy.from_yaml(CONSOLE_POLICY), self.store)
+        self.control = ctrlrun.Control(ctrlrun.Policy.from_yaml(policy), self.store)
         self.calls: list[dict] = []
         self.fail_with: list[BaseException] = []
 
@@ -75,7 +75,7 @@ class Agents:
 class Console:
     """`ctrlrun console` as a real process on a free loopback port."""
 
-    def __init__(self, root: Path, store_path: Path) -> None:
+    def __init__(self, root: Path, store_path: Path, *extra: str) -> None:
         accounts = root / "accounts"
         accounts.write_text(f"# people\nada:{hash_password(PASSWORD)}\n")
         exe = Path(sys.executable).with_name("ctrlrun")
@@ -85,6 +85,7 @@ class Console:
                 *command,
                 *("console", "--store-url", f"sqlite://{store_path}"),
                 *("--listen", "127.0.0.1:0", "--accounts", str(accounts)),
+                *extra,
             ],
             stderr=subprocess.PIPE,
             text=True,

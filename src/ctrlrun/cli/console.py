@@ -60,6 +60,11 @@ def _listen(value: str) -> tuple[str, int]:
     help="Take the signed-in person from this header, set by a reverse proxy in front.",
 )
 @click.option("--allow-remote", is_flag=True, help="Listen on a non-loopback address.")
+@click.option(
+    "--approver-key",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Sign every grant with this Ed25519 private key (`ctrlrun approver keygen`).",
+)
 @click.option("--timeout", type=click.FloatRange(0.1, 3600), default=10.0, show_default=True)
 @click.option("--max-connections", type=click.IntRange(1, 10_000), default=64, show_default=True)
 def console(  # noqa: PLR0917 - click passes one argument per option
@@ -68,6 +73,7 @@ def console(  # noqa: PLR0917 - click passes one argument per option
     accounts: Path | None,
     trusted_header: str | None,
     allow_remote: bool,
+    approver_key: Path | None,
     timeout: float,
     max_connections: int,
 ) -> None:
@@ -99,7 +105,10 @@ def console(  # noqa: PLR0917 - click passes one argument per option
     say(f"console on http://{shown}:{bound_port}/", err=True)
     try:
         run(
-            HostGuard(create_app(state, gate), names),
+            HostGuard(
+                create_app(state, gate, approver_key.read_bytes() if approver_key else None),
+                names,
+            ),
             sock,
             timeout=timeout,
             max_connections=max_connections,

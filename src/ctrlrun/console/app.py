@@ -94,12 +94,13 @@ async def static(request: Request) -> Response:
     return Response(body, media_type=STATIC[name], headers=SECURITY_HEADERS)
 
 
-def create_app(store: Any, gate: Gate) -> ASGIApp:
-    """The console over ``store``; who may use it is ``gate``'s to say."""
+def create_app(store: Any, gate: Gate, signing_key: bytes | None = None) -> ASGIApp:
+    """The console over ``store``; who may use it is ``gate``'s to say; its grants are signed
+    with ``signing_key`` when given."""
     routes = [
         *_sign_in_routes(gate),
         Route("/static/{name}", static),
-        *inbox.routes(InboxSource(store), gate),
+        *inbox.routes(InboxSource(store, signing_key), gate),
         *effects.routes(store, gate),
         *receipts.routes(store),
         *durable.routes(store, gate),

@@ -1,11 +1,10 @@
-"""What the inbox reads and answers through: one small adapter.
+"""What the inbox reads and answers through: the store's approval methods (the console has a
+store, not a policy), and a view of each request for the page.
 
-SHIM (to be replaced): main does not yet have ``control.approvals`` (CONTRACTS.md, issue 16).
-Until it lands, this adapter reads and answers through the store's approval methods, the same
-ones ``ctrlrun approve``/``deny`` use, and builds a view of its own with the fields the
-contract's ``ApprovalView`` promises (rule, controls and M-of-N are not in the store yet: shown
-as unknown / 1 of 1). When ``control.approvals`` lands, ``InboxSource`` calls it instead and
-``Pending`` becomes ``ApprovalView``; the pages do not change.
+Progress (``approvers`` of ``required``) comes from the request's grant rows. With the
+console's own Ed25519 key (``ctrlrun console --approver-key FILE``), every grant is signed as
+the signed-in person: a policy that names approvers lists the console's people with the
+console's public key, and the call that spends the grant verifies it (docs/approvals.md).
 """
 
 from __future__ import annotations
@@ -18,6 +17,8 @@ from ctrlrun._time import utc_now
 from ctrlrun.canonical import canonical_text
 from ctrlrun.errors import InvalidArgument
 from ctrlrun.kernel.approval import ApprovalRecord, ApprovalStatus
+from ctrlrun.kernel.signing import record_message, sign
+from ctrlrun.store.ops.approvals import grants_in_txn
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,8 +42,10 @@ class Pending:
     reason: str | None
 
 
-def view(record: ApprovalRecord, reason: str | None = None) -> Pending:
-    """The inbox's view of a stored request."""
+def view(
+    record: ApprovalRecord, reason: str | None = None, granted_by: tuple[str, ...] = ()
+) -> Pending:
+    """The inbox's view of a stored request (``granted_by``: who has granted it so far)."""
     action = record.action
     arguments = action.get("arguments", {})
     return Pending(
@@ -57,25 +60,33 @@ def view(record: ApprovalRecord, reason: str | None = None) -> Pending:
         state=str(record.status),
         requested_at=record.created_at,
         expires_at=record.expires_at,
-        approvers=(record.approver,) if record.approver else (),
-        required=1,
+        approvers=granted_by or ((record.approver,) if record.approver else ()),
+        required=record.required,
         decided_by=record.approver,
         reason=reason,
     )
 
 
 class InboxSource:
-    """Pending requests, and the two answers, over one store."""
+    """Pending requests, and the two answers, over one store; grants signed with
+    ``signing_key`` (a PEM Ed25519 private key) when given."""
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: Any, signing_key: bytes | None = None) -> None:
         self.store = store
+        self.signing_key = signing_key
 
     def pending(self) -> list[Pending]:
-        """Requests still waiting and not expired, newest first."""
+        """Requests still waiting and not expired, newest first, with who granted so far."""
         now = utc_now()
         records = self.store.list_approvals(ApprovalStatus.PENDING)
-        live = [view(r) for r in records if not r.is_expired(now)]
+        live = [view(r, granted_by=self._granted_by(r)) for r in records if not r.is_expired(now)]
         return sorted(live, key=lambda p: p.requested_at, reverse=True)
+
+    def _granted_by(self, record: ApprovalRecord) -> tuple[str, ...]:
+        if record.required == 1:  # nothing granted yet, or it would not be pending
+            return ()
+        grants = self.store.read(lambda txn: grants_in_txn(txn, record.approval_id))
+        return tuple(g.approver for g in grants)
 
     def grant(self, approval_id: str, approver: str, action_hash: str) -> Pending:
         """Grant ``approval_id`` as ``approver``, only if it still holds the action whose hash
@@ -86,7 +97,11 @@ class InboxSource:
                 f"approval {approval_id} is for action {held.action_hash}, not the one you"
                 " reviewed; nothing granted"
             )
-        return view(self.store.grant_approval(approval_id, approver))
+        signature = None
+        if held is not None and self.signing_key is not None:
+            signature = sign(self.signing_key, record_message(held, approver))
+        granted = self.store.grant_approval(approval_id, approver, signature)
+        return view(granted, granted_by=self._granted_by(granted))
 
     def deny(self, approval_id: str, approver: str, reason: str) -> Pending:
         """Deny ``approval_id`` as ``approver`` with ``reason``."""

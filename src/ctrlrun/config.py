@@ -1,4 +1,4 @@
-"""YAML to ``Policy``: the only module that imports ``yaml`` (ARCHITECTURE §6, §11).
+"""YAML to ``Policy``: the only module that imports ``yaml`` (docs/policy.md).
 
 The YAML accepted is the JSON subset of it, written as YAML: mappings with string keys, lists,
 strings, decimal integers, ``true``/``false`` and null. Everything YAML can say beyond that is

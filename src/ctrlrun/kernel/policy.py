@@ -1,4 +1,4 @@
-"""The policy: which actions may run, which need a human, which are refused (ARCHITECTURE §2, §6).
+"""The policy: which actions may run, which need a human, which are refused (docs/policy.md).
 
 Evaluation is pure and fail-closed. An action the policy does not name is denied; rules that
 all miss deny; a condition that cannot be evaluated (its argument absent, a numeric test of a

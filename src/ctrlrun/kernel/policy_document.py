@@ -4,7 +4,7 @@ The schema is closed at every level: an unknown key, a missing required key, a v
 wrong type or a value the model refuses becomes a ``PolicyError`` that names the dotted key
 path (``actions.stripe.refund.rules[1].when.amount_lte``) and, when the parser recorded it,
 the line. No other exception leaves this module. Rule indexes are zero-based, as in the
-``rule[N]`` labels on receipts. See ARCHITECTURE §6.
+``rule[N]`` labels on receipts. See docs/policy.md.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Every value validates itself at construction and raises ``InvalidArgument`` when it could not
 be evaluated safely, so a ``Policy`` built in Python is held to the same rules as one loaded
-from ``ctrlrun.yaml`` (ARCHITECTURE §6). Nothing here does I/O or imports a parser.
+from ``ctrlrun.yaml`` (docs/policy.md). Nothing here does I/O or imports a parser.
 """
 
 from __future__ import annotations

@@ -93,7 +93,7 @@ def _insert(txn: Txn, reservation: Reservation, state: EffectState) -> bool:
 
 
 def _renew(txn: Txn, reservation: Reservation, state: EffectState, plan: Any) -> bool:
-    # conditional on the failed record's state, attempt and action (docs/ARCHITECTURE.md, "The effect planner")
+    # conditional on the failed record's state, attempt and action (the effect planner)
     return (
         txn.run(
             "effect_renew",

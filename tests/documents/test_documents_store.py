@@ -35,6 +35,26 @@ def test_create_get_save_history(docs):
     assert history[1].saved_at == got.updated_at
 
 
+def test_the_listing_is_newest_first_without_content(docs):
+    assert docs.list() == ()
+    for doc_id in ("a-doc", "b-doc", "c-doc"):
+        docs.create(doc_id, {"n": 1}, writer="alice")
+    docs.save("a-doc", {"n": 2}, expected_version=1, writer="bob")
+    listed = docs.list()
+    assert listed[0].doc_id == "a-doc"
+    assert (listed[0].version, listed[0].updated_by, listed[0].kind) == (2, "bob", "json")
+    assert sorted(d.doc_id for d in listed) == ["a-doc", "b-doc", "c-doc"]
+    assert [d.updated_at for d in listed] == sorted((d.updated_at for d in listed), reverse=True)
+    assert not hasattr(listed[0], "content")
+    assert len(docs.list(limit=2)) == 2
+
+
+@pytest.mark.parametrize("bad", [0, 10_001, True, "5", None])
+def test_the_listing_limit_is_checked(sqlite_docs, bad):
+    with pytest.raises(InvalidArgument, match="limit"):
+        sqlite_docs.list(limit=bad)
+
+
 def test_a_stale_save_is_refused_with_the_current_version_and_writes_nothing(docs):
     docs.create("d", {"v": 0})
     docs.save("d", {"v": 1}, expected_version=1, writer="a")

@@ -77,7 +77,7 @@ def console(  # noqa: PLR0917 - click passes one argument per option
     timeout: float,
     max_connections: int,
 ) -> None:
-    """Serve the operator's console: approvals, effects, receipts, in a browser.
+    """Serve the operator's console: approvals, effects, receipts, plans, outbox, documents.
 
     Give exactly one of --accounts (people sign in with a password) and --trusted-header (a
     reverse proxy names them). Loopback only unless --allow-remote.

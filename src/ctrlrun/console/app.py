@@ -16,13 +16,17 @@ from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ctrlrun.console import durable, effects, inbox, receipts
+from ctrlrun.console import documents, durable, effects, inbox, receipts
 from ctrlrun.console.approvals_source import InboxSource
 from ctrlrun.console.auth import COOKIE, SESSION_TTL, Gate
 from ctrlrun.console.render import SECURITY_HEADERS, page
 
-OPEN_PATHS: Final = frozenset({"/sign-in", "/static/console.js", "/static/console.css"})
-STATIC: Final = {"console.js": "text/javascript", "console.css": "text/css"}
+STATIC: Final = {
+    "console.js": "text/javascript",
+    "documents.js": "text/javascript",
+    "console.css": "text/css",
+}
+OPEN_PATHS: Final = frozenset({"/sign-in", *(f"/static/{name}" for name in STATIC)})
 
 
 class SignedIn:
@@ -40,7 +44,9 @@ class SignedIn:
         person = self.gate.person(Request(scope))
         if person is None:
             refusal: Response
-            if scope["method"] == "GET" and not scope["path"].endswith(".json"):
+            path = scope["path"]
+            page_request = not (path.endswith(".json") or path.startswith("/api/"))
+            if scope["method"] == "GET" and page_request:
                 refusal = RedirectResponse("/sign-in", status_code=303)
             else:
                 refusal = PlainTextResponse("sign in first", 403)
@@ -104,5 +110,6 @@ def create_app(store: Any, gate: Gate, signing_key: bytes | None = None) -> ASGI
         *effects.routes(store, gate),
         *receipts.routes(store),
         *durable.routes(store, gate),
+        *documents.routes(store, gate),
     ]
     return SignedIn(Starlette(routes=routes), gate)

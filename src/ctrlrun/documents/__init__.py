@@ -11,13 +11,14 @@ from ctrlrun.documents.merge import Resolve, merge_json_objects
 from ctrlrun.documents.schedule import ManualScheduler, Scheduler, ThreadScheduler
 from ctrlrun.documents.session import DocumentSession, SessionState
 from ctrlrun.documents.store import DocumentStore
-from ctrlrun.kernel.document import Document, DocumentVersion
+from ctrlrun.kernel.document import Document, DocumentSummary, DocumentVersion
 
 __all__ = [
     "Document",
     "DocumentClient",
     "DocumentSession",
     "DocumentStore",
+    "DocumentSummary",
     "DocumentVersion",
     "Draft",
     "HttpDocumentClient",

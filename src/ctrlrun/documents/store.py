@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from ctrlrun.errors import InvalidArgument
 from ctrlrun.kernel.document import (
     DEFAULT_KIND,
     DEFAULT_MAX_CONTENT_BYTES,
     Content,
     Document,
+    DocumentSummary,
     DocumentVersion,
     check_doc_id,
     check_kind,
@@ -25,6 +27,7 @@ from ctrlrun.store.ops.documents import (
     create_document_in_txn,
     get_document_in_txn,
     history_in_txn,
+    list_documents_in_txn,
     save_document_in_txn,
 )
 from ctrlrun.store.protocol import StateStore
@@ -93,3 +96,10 @@ class DocumentStore:
         content digest. ``DocumentNotFound`` if there is no such document."""
         doc_id = check_doc_id(doc_id)
         return self.state_store.read(lambda txn: history_in_txn(txn, doc_id))
+
+    def list(self, *, limit: int = 200) -> tuple[DocumentSummary, ...]:
+        """Up to ``limit`` (1-10,000) documents, the most recently saved first, without their
+        content. ``InvalidArgument`` for a limit out of range."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
+            raise InvalidArgument(f"limit must be an integer from 1 to 10000, not {limit!r}")
+        return self.state_store.read(lambda txn: list_documents_in_txn(txn, limit))

@@ -129,6 +129,17 @@ class DocumentVersion:
 
 
 @dataclass(frozen=True, slots=True)
+class DocumentSummary:
+    """A document in a listing: everything but its content."""
+
+    doc_id: str
+    kind: str
+    version: int
+    updated_at: datetime
+    updated_by: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class Stored:
     """What ``plan_save`` needs to know about the stored row."""
 

@@ -13,6 +13,7 @@ from ctrlrun.errors import DocumentExists, DocumentNotFound, StoreError
 from ctrlrun.kernel.document import (
     Content,
     Document,
+    DocumentSummary,
     DocumentVersion,
     SaveKind,
     Stored,
@@ -123,4 +124,18 @@ def history_in_txn(txn: Txn, doc_id: str) -> tuple[DocumentVersion, ...]:
             saved_at=txn.read_ts(row["saved_at"]),
         )
         for row in txn.all("document_history", {"doc_id": doc_id})
+    )
+
+
+def list_documents_in_txn(txn: Txn, limit: int) -> tuple[DocumentSummary, ...]:
+    """Up to ``limit`` documents, the most recently saved first, without their content."""
+    return tuple(
+        DocumentSummary(
+            doc_id=row["doc_id"],
+            kind=row["kind"],
+            version=int(row["version"]),
+            updated_at=txn.read_ts(row["updated_at"]),
+            updated_by=row["updated_by"],
+        )
+        for row in txn.all("document_list", {"limit": limit})
     )

@@ -28,3 +28,8 @@ VALUES (%(doc_id)s, %(version)s, %(content_hash)s, %(writer)s, %(saved_at)s);
 -- name: document_history
 SELECT version, content_hash, writer, saved_at
 FROM {schema}.document_versions WHERE doc_id = %(doc_id)s ORDER BY version;
+
+-- The most recently saved documents first, without their content (a listing).
+-- name: document_list
+SELECT doc_id, kind, version, updated_at, updated_by
+FROM {schema}.documents ORDER BY updated_at DESC, doc_id LIMIT %(limit)s;

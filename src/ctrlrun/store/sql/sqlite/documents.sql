@@ -27,3 +27,8 @@ VALUES (:doc_id, :version, :content_hash, :writer, :saved_at);
 -- name: document_history
 SELECT version, content_hash, writer, saved_at
 FROM document_versions WHERE doc_id = :doc_id ORDER BY version;
+
+-- The most recently saved documents first, without their content (a listing).
+-- name: document_list
+SELECT doc_id, kind, version, updated_at, updated_by
+FROM documents ORDER BY updated_at DESC, doc_id LIMIT :limit;

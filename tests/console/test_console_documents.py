@@ -62,6 +62,7 @@ def test_two_tabs_one_conflict_kept_through_a_reload_then_merged(page, docs, run
     edit(second, {**RUNBOOK, "owner": "grace"})
     wait_for(second, "conflict")
     assert second.inner_text("#theirs-version") == "2"
+    assert second.inner_text("#theirs-writer").startswith("ada (tab ")
     assert "Deploy v2" in second.inner_text("#theirs-text")
     screenshot(second, "document-conflict", tmp_path)
     assert docs.get("runbook").content["owner"] == "ada"  # nothing last-write-wins

@@ -116,7 +116,7 @@
     const answer = await call("GET");
     if (answer.status !== 200) throw { status: answer.status, message: answer.body.message || "HTTP " + answer.status };
     kind = answer.body.kind;
-    return { version: answer.body.version, content: answer.body.content };
+    return { version: answer.body.version, content: answer.body.content, by: answer.body.updatedBy };
   }
 
   // --- drafts -----------------------------------------------------------------------------
@@ -160,6 +160,7 @@
     $("merge-failed").hidden = true;
     if (!theirs) return;
     $("theirs-version").textContent = String(theirs.version);
+    $("theirs-writer").textContent = theirs.by || "someone";
     $("theirs-text").textContent = pretty(theirs.content);
     $("merge").disabled = !merges.includes(kind);
     $("merge").title = $("merge").disabled ? "documents of kind " + kind + " do not merge" : "";
@@ -304,7 +305,7 @@
   }
 
   function enterConflict(stored) {
-    theirs = { version: stored.version, content: stored.content };
+    theirs = stored;
     writeDraft();
     showConflict();
     state("conflict");

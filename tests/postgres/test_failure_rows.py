@@ -139,6 +139,11 @@ class TestInFlight:
             pgconn.send_query("; ".join([*self._pending, "COMMIT"]).encode())
             while pgconn.flush():
                 pass
+            # the message's writes are done and its COMMIT is held: only then is the answer
+            # lost (else, on a loaded machine, the re-issue could insert first)
+            wait_for_lock_waiter(
+                pg_schema.server, "%.ctrlrun_reserve_templated(%", event="advisory"
+            )
             pgconn.finish()  # the socket closes before the command tag can arrive
             raise psycopg.OperationalError("connection lost after COMMIT was sent")
 

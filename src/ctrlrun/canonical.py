@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import json.encoder
 import os
 import secrets
 import threading
@@ -33,22 +32,6 @@ _INT_LIMIT: Final = 10**MAX_INT_DIGITS
 
 _ENCODER: Final = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-)
-
-
-def _unencodable(value: Any) -> Any:
-    raise TypeError(f"{type(value).__name__} is not plain JSON data")
-
-
-# ``JSONEncoder.encode`` builds a new C encoder on every call; the hot path encodes several
-# documents per protected call, so one is built once here, with the same settings. No cycle
-# markers: a plain value is a tree (``plain`` builds fresh ones; ``is_plain`` would not return
-# on a cycle).
-_make_encoder = getattr(json.encoder, "c_make_encoder", None)  # untyped in the stubs
-_C_ENCODER: Final[Callable[[Any, int], list[str]] | None] = (
-    _make_encoder(None, _unencodable, encode_basestring, None, ":", ",", True, False, False)
-    if _make_encoder is not None
-    else None
 )
 
 
@@ -127,9 +110,7 @@ def plain_text(value: Any) -> str:
     Exactly ``canonical_text(value)`` for such a value. Text holding a lone surrogate comes
     back as is; encoding it to UTF-8 fails (``canonical_bytes`` reports it).
     """
-    if _C_ENCODER is not None:
-        return "".join(_C_ENCODER(value, 0))
-    return _ENCODER.encode(value)  # pragma: no cover - CPython always has the C encoder
+    return _ENCODER.encode(value)
 
 
 # The canonical JSON text of one ``str``: quoted, only ``"``, ``\\`` and control characters

@@ -303,8 +303,8 @@ def test_eight_threads_appending_at_once_leave_one_unbroken_chain(direct):
 
 
 class TestTheBinder:
-    """``PgTxn`` binds the folded statements itself (one adapter per transaction, the query
-    cut once): the text must be exactly what psycopg's ``ClientCursor.mogrify`` writes."""
+    """``PgTxn`` binds queued statements with psycopg's public ``ClientCursor.mogrify``: every
+    value comes back from the server as it went in, whatever the quoting mode."""
 
     VALUES: tuple[Any, ...] = (
         None,
@@ -321,33 +321,22 @@ class TestTheBinder:
         T0,
         timedelta(seconds=30, microseconds=5),
         ["EFFECT_RESERVED", None, "q\"'\\", "ü"],
-        [None, None],
     )
 
     @pytest.mark.parametrize("conforming", ["on", "off"])
     @pytest.mark.parametrize("value", VALUES, ids=repr)
-    def test_every_folded_statement_binds_as_mogrify_does(self, pg_schema, value, conforming):
-        import psycopg
+    def test_a_bound_value_reads_back_as_it_was(self, pg_schema, value, conforming):
         from psycopg.rows import dict_row
 
         from ctrlrun.store.postgres.sqltext import queries_for
-        from ctrlrun.store.postgres.txn import _PLACEHOLDER, PgTxn
+        from ctrlrun.store.postgres.txn import PgTxn
 
-        queries = queries_for(pg_schema.schema)
-        names = [
-            "effect_reserve_folded",
-            "effect_finish_folded",
-            "receipt_record_folded",
-            "event_row_folded",
-        ]
-        with pg_schema.connect(row_factory=dict_row) as conn:
+        with pg_schema.connect(row_factory=dict_row, autocommit=True) as conn:
             conn.execute(f"SET standard_conforming_strings = {conforming}")
-            txn = PgTxn(conn, queries, schema=pg_schema.schema)
-            client = psycopg.ClientCursor(conn)
-            for name in names:
-                params = {m.group(1): value for m in _PLACEHOLDER.finditer(queries[name])}
-                params.pop(None, None)
-                assert txn._bind(name, params) == client.mogrify(queries[name], params)
+            txn = PgTxn(conn, queries_for(pg_schema.schema), schema=pg_schema.schema)
+            cast = "::text[]" if isinstance(value, list) else ""  # an array literal is untyped
+            bound = txn._bind_text(f"SELECT %(v)s{cast} AS v", {"v": value})
+            assert conn.execute(bound).fetchone() == {"v": value}
 
     @pytest.mark.parametrize(
         "values",
@@ -383,8 +372,8 @@ class TestTheBinder:
 
 
 class TestTheExchange:
-    """``PgTxn._exchange`` sends a folded message without a cursor: the server's error comes
-    out as psycopg raises it, and what it reports about the transaction is kept."""
+    """``PgTxn._send`` sends queued statements as one message: the server's error comes out as
+    psycopg raises it, and the rows and the COMMIT's tag are kept."""
 
     def test_an_error_before_the_commit_is_psycopgs_and_leaves_the_transaction_failed(
         self, pg_schema
@@ -400,10 +389,10 @@ class TestTheExchange:
         with pg_schema.connect(row_factory=dict_row, autocommit=True) as conn:
             txn = PgTxn(conn, queries, schema=pg_schema.schema)
             with pytest.raises(psycopg.errors.DivisionByZero):
-                txn._exchange(["BEGIN", "SELECT 1 AS one", "SELECT 1 / 0", "COMMIT"])
+                txn._send(["BEGIN", "SELECT 1 AS one", "SELECT 1 / 0", "COMMIT"])
             assert conn.info.transaction_status == pq.TransactionStatus.INERROR
             conn.execute("ROLLBACK")
+            txn._pending = ["BEGIN", "SELECT 2 AS two"]
             txn._wanted = {1: "two"}
-            results = txn._exchange(["BEGIN", "SELECT 2 AS two", "COMMIT"])
+            assert txn.commit() == "COMMIT"
             assert txn.returned["two"] == [{"two": 2}]
-            assert results[-1].command_status == b"COMMIT"

@@ -119,7 +119,7 @@ def test_event_data_of_any_mapping_and_odd_values():
 def test_plain_text_refuses_what_is_not_plain():
     from ctrlrun.canonical import plain_text
 
-    with pytest.raises(TypeError, match="not plain JSON"):
+    with pytest.raises(TypeError, match="not JSON serializable"):
         plain_text({"a": object()})
 
 

@@ -97,17 +97,6 @@ def receipt_from_row(row: Row, *, columns: bool = False) -> StoredReceipt:
 
 
 _EVENT_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=repr)
-_make_encoder = getattr(json.encoder, "c_make_encoder", None)  # untyped in the stubs
-# Built once: ``JSONEncoder.encode`` builds a new C encoder per call, and every protected call
-# encodes five events. The same settings but no cycle markers (a shared markers dict is not
-# thread-safe): a cycle ends in RecursionError, and then the full encoder reports it as before.
-_C_EVENT_ENCODER = (
-    None
-    if _make_encoder is None
-    else _make_encoder(
-        None, repr, json.encoder.encode_basestring_ascii, None, ":", ",", True, False, True
-    )
-)
 
 
 class EncodedEventData(dict[str, Any]):
@@ -128,11 +117,6 @@ def event_data_json(data: Mapping[str, Any]) -> str:
     if kind is EncodedEventData:
         text: str = data.text  # type: ignore[attr-defined]
         return text
-    if _C_EVENT_ENCODER is not None and kind is dict:
-        try:
-            return "".join(_C_EVENT_ENCODER(data, 0))
-        except RecursionError:
-            pass  # a cycle: the full encoder names it
     return _EVENT_ENCODER.encode(data)
 
 

@@ -18,25 +18,19 @@
   clock; ``fetch_later`` keeps the rows of a queued statement, read when it is sent
   (``returned``), and ``fold_later`` queues one statement that makes several witnessed
   writes (a function call of migration 0006).
-* Queued statements go out as one simple-query message without a cursor (``_exchange``): the
-  connection's lock and ``wait``, psycopg's own errors; only a statement whose result is read
-  through the cursor (``one``, ``all``, ``run``) goes through one.
+* Queued statements are bound on the client by psycopg's ``ClientCursor.mogrify`` and go out
+  as one simple-query message through the transaction's cursor (``_send``), one result per
+  statement, read with ``nextset``.
 """
 
 from __future__ import annotations
 
-import re
 import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from functools import cache
 from typing import Any
 
 import psycopg
-from psycopg import abc, errors, pq
-from psycopg.adapt import Transformer
-from psycopg.generators import execute as collect_results
-from psycopg.pq.abc import PGresult
 
 from ctrlrun.store.ops.evidence import EVENT_COLUMNS
 from ctrlrun.store.postgres.connections import Connection
@@ -44,34 +38,6 @@ from ctrlrun.store.postgres.witness import DEFERRABLE, EFFECT_WRITES, Witness
 
 Row = dict[str, Any]
 _NUL = "\x00"
-_FATAL = pq.ExecStatus.FATAL_ERROR
-_FINE = frozenset({pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK, pq.ExecStatus.EMPTY_QUERY})
-_PLACEHOLDER = re.compile(r"%%|%\((\w+)\)s|%")
-
-
-@cache
-def _split(text: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
-    """``text`` cut at its ``%(name)s`` placeholders (``%%`` read as ``%``): the literal
-    pieces and the names between them, or None for any other use of ``%`` (left to
-    psycopg's ``mogrify``)."""
-    pieces: list[str] = []
-    names: list[str] = []
-    current: list[str] = []
-    last = 0
-    for match in _PLACEHOLDER.finditer(text):
-        current.append(text[last : match.start()])
-        last = match.end()
-        if match.group(0) == "%%":
-            current.append("%")
-        elif match.group(1) is None:
-            return None
-        else:
-            pieces.append("".join(current))
-            current = []
-            names.append(match.group(1))
-    current.append(text[last:])
-    pieces.append("".join(current))
-    return tuple(pieces), tuple(names)
 
 
 class PgTxn:
@@ -84,10 +50,8 @@ class PgTxn:
         "_now",
         "_now_source",
         "_pending",
-        "_plain_quotes",
         "_queries",
         "_schema",
-        "_tx",
         "_wanted",
         "returned",
         "witness",
@@ -108,8 +72,6 @@ class PgTxn:
         self._queries = queries
         self._cursor: psycopg.Cursor[Row] | None = None
         self._client: psycopg.ClientCursor[Any] | None = None
-        self._tx: abc.Transformer | None = None
-        self._plain_quotes = False
         self._pending: list[str] = []
         self._wanted: dict[int, str] = {}
         self.returned: dict[str, list[Row]] = {}
@@ -264,8 +226,8 @@ class PgTxn:
         """Send the queued statements and ``COMMIT`` in one message; return COMMIT's tag
         (``"COMMIT"``, or ``"ROLLBACK"`` if the server had already failed the transaction)."""
         statements, self._pending = [*self._pending, "COMMIT"], []
-        tag = self._exchange(statements)[-1].command_status
-        return None if tag is None else tag.decode()
+        self._send(statements)
+        return self._cur.statusmessage
 
     # --- helpers -------------------------------------------------------------------------
 
@@ -280,44 +242,7 @@ class PgTxn:
     def _flush(self) -> None:
         if self._pending:
             statements, self._pending = self._pending, []
-            self._exchange(statements)
-
-    def _exchange(self, statements: list[str]) -> list[PGresult]:
-        """Send ``statements`` as one simple-query message and return its results, keeping
-        the rows of every statement queued by ``fetch_later``; the first error the server
-        reported is raised as psycopg raises it. What ``Cursor.execute`` does for a message
-        without parameters, without a cursor: the same lock, wait (an interrupt cancels the
-        query) and error classes, minus the per-result bookkeeping nobody reads here."""
-        wanted, self._wanted = self._wanted, {}
-        conn = self._conn
-        encoding = conn.info.encoding
-        with conn.lock:
-            if conn.pgconn.status != pq.ConnStatus.OK:
-                raise errors.OperationalError("the connection is closed")
-            conn.pgconn.send_query("; ".join(statements).encode(encoding))
-            results: list[PGresult] = conn.wait(collect_results(conn.pgconn))
-        for result in results:
-            if result.status not in _FINE:  # as Cursor.execute checks each result
-                if result.status == _FATAL:
-                    raise errors.error_from_result(result, encoding=encoding)
-                status = pq.ExecStatus(result.status).name
-                raise errors.InternalError(f"unexpected result status from query: {status}")
-        if not results:
-            raise errors.InternalError("got no result from the query")
-        for index, query in wanted.items():
-            self.returned[query] = self._load(results[index], encoding)
-        return results
-
-    def _load(self, result: PGresult, encoding: str) -> list[Row]:
-        """The rows of ``result`` as dicts, loaded by the connection's adapters."""
-        names = [(result.fname(i) or b"").decode(encoding) for i in range(result.nfields)]
-        if self._tx is None:
-            self._tx = Transformer(self._conn)
-        loader = self._tx  # the binder's adapters: loading rows leaves its dumping unchanged
-        loader.set_pgresult(result)
-        return loader.load_rows(
-            0, result.ntuples, lambda values: dict(zip(names, values, strict=True))
-        )
+            self._send(statements)
 
     def _execute(self, query: str, params: Mapping[str, Any]) -> None:
         if not self._pending:
@@ -344,39 +269,11 @@ class PgTxn:
         return self._bind_text(self._queries[query], params)
 
     def _bind_text(self, text: str, params: Mapping[str, Any]) -> str:
-        """``text`` with its parameters as SQL literals, exactly as psycopg's
-        ``ClientCursor.mogrify`` writes them (the same ``Transformer.as_literal``; ``None`` is
-        ``NULL``), without re-parsing the query and re-creating the adapters each time."""
-        split = _split(text)
-        if split is None:
-            if self._client is None:
-                self._client = psycopg.ClientCursor(self._conn)
-            return self._client.mogrify(text, params)
-        pieces, names = split
-        if self._tx is None:
-            self._tx = Transformer(self._conn)
-            conforming = self._conn.info.parameter_status("standard_conforming_strings")
-            self._plain_quotes = conforming == "on"
-        literal, encoding, plain = self._tx.as_literal, self._tx.encoding, self._plain_quotes
-        out = [pieces[0]]
-        for name, piece in zip(names, pieces[1:], strict=True):
-            value = params[name]
-            if value is None:
-                out.append("NULL")
-            elif (
-                plain
-                and type(value) is str
-                and value.isascii()
-                and "\\" not in value
-                and _NUL not in value
-            ):
-                # what psycopg writes for ASCII text without a backslash or NUL when
-                # backslashes are literal (standard_conforming_strings): quotes doubled
-                out.append("'" + value.replace("'", "''") + "'")
-            else:
-                out.append(literal(value).decode(encoding))
-            out.append(piece)
-        return "".join(out)
+        """``text`` with its parameters as SQL literals, written by psycopg
+        (``ClientCursor.mogrify``)."""
+        if self._client is None:
+            self._client = psycopg.ClientCursor(self._conn)
+        return self._client.mogrify(text, params)
 
     def _stamp(self, query: str, params: Mapping[str, Any]) -> Mapping[str, Any]:
         """The parameters as written: effect writes carry this transaction's token; an error

@@ -117,9 +117,9 @@ def _control(policy: str | None, store_url: str | None) -> object:
     import ctrlrun
     from ctrlrun.store import open_store
 
-    store = open_store(store_url, existing=True) if store_url else None
-    kwargs = {"store": store} if store is not None else {}
-    return ctrlrun.Control.from_file(policy, **kwargs)
+    if store_url is None:
+        return ctrlrun.Control.from_file(policy)
+    return ctrlrun.Control.from_file(policy, store=open_store(store_url, existing=True))
 
 
 async def _serve(  # noqa: PLR0917 - the command's parts, passed through anyio.run

@@ -11,22 +11,36 @@ from ctrlrun.documents.merge import Resolve, merge_json_objects
 from ctrlrun.documents.schedule import ManualScheduler, Scheduler, ThreadScheduler
 from ctrlrun.documents.session import DocumentSession, SessionState
 from ctrlrun.documents.store import DocumentStore
+from ctrlrun.errors import (
+    DocumentExists,
+    DocumentNotFound,
+    DocumentTooLarge,
+    MergeConflict,
+    PreconditionRequired,
+    VersionConflict,
+)
 from ctrlrun.kernel.document import Document, DocumentSummary, DocumentVersion
 
 __all__ = [
     "Document",
     "DocumentClient",
+    "DocumentExists",
+    "DocumentNotFound",
     "DocumentSession",
     "DocumentStore",
     "DocumentSummary",
+    "DocumentTooLarge",
     "DocumentVersion",
     "Draft",
     "HttpDocumentClient",
     "LocalDocumentClient",
     "ManualScheduler",
+    "MergeConflict",
+    "PreconditionRequired",
     "Resolve",
     "Scheduler",
     "SessionState",
     "ThreadScheduler",
+    "VersionConflict",
     "merge_json_objects",
 ]

@@ -9,9 +9,10 @@ names every break by kind and seq. The chain proves non-alteration, not authorsh
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import lru_cache
 from typing import Any, Final, NamedTuple
@@ -87,13 +88,22 @@ class StoredReceipt:
     """The indexed columns ``(action_id, effect_key, result)`` when read for verification:
     queries filter on them, so they must say what the hashed document says."""
 
+    _parsed: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
+
     @property
     def document(self) -> dict[str, Any]:
-        """The parsed document (a fresh copy)."""
+        """The parsed document (a fresh copy: changing it changes nothing stored)."""
         return json.loads(self.text)  # type: ignore[no-any-return]
 
     def __getitem__(self, key: str) -> Any:
-        return self.document[key]
+        """One field of the document, which is parsed once per receipt; a list or object
+        comes back as a copy."""
+        parsed = self._parsed
+        if parsed is None:
+            parsed = json.loads(self.text)
+            object.__setattr__(self, "_parsed", parsed)
+        value = parsed[key]
+        return copy.deepcopy(value) if isinstance(value, dict | list) else value
 
 
 Receipt = StoredReceipt

@@ -6,8 +6,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from ctrlrun._time import Clock
 from ctrlrun.errors import InvalidArgument
 from ctrlrun.store.protocol import FinishRequest, Started, StartRequest, StateStore
@@ -31,7 +29,7 @@ def open_store(
     existing: bool = False,
     read_only: bool = False,
     create: bool = True,
-) -> Any:
+) -> StateStore:
     """Open the store ``url`` names. Without ``create``, a missing or empty store is
     ``StoreNotFound`` (an existing one is still migrated). With ``existing``, create and
     migrate nothing: refuse a store that is missing, behind or ahead (for commands that

@@ -1,4 +1,4 @@
-"""Migration 0007: the hot tables keep only the indexes a write needs (decision 0010).
+"""The hot tables keep only the indexes a write needs (decision 0010).
 
 The operator's reads those indexes served still answer, by scanning; the indexes are gone, so
 a protected call no longer maintains them.
@@ -40,4 +40,4 @@ def test_the_reads_the_dropped_indexes_served_still_answer(direct, pg_schema):
         ).fetchall()
     indexes = {row[0] for row in rows}
     assert not {"events_by_action", "receipts_by_action", "effects_by_state"} & indexes
-    assert {"effects_pkey", "receipts_pkey", "events_pkey"} <= indexes
+    assert {"effects_pkey", "receipts_pkey", "receipts_by_id", "events_pkey"} <= indexes

@@ -71,17 +71,13 @@ def test_a_cleared_hash(chained):
 
 
 def test_a_row_appended_behind_the_heads_back(chained):
+    # both stores key receipts by seq (decision 0019): a forged row takes the next number
     tamper(
         chained,
-        "INSERT INTO receipts (receipt_id, action_id, result, document, created_at)"
-        " VALUES ('rcp_forged', 'a', 'committed', '{}', '2020-01-01')",
+        "INSERT INTO receipts (seq, receipt_id, action_id, result, document, created_at)"
+        " VALUES (6, 'rcp_forged', 'a', 'committed', '{}', '2020-01-01')",
     )
-    if chained.name == "sqlite":
-        # SQLite keys receipts by seq: a row without one is numbered, never unchained
-        assert breaks(chained) == [("hash_missing", 6), ("head_mismatch", 5)]
-    else:
-        # Postgres keys them by receipt_id: a row without a seq is outside the chain
-        assert breaks(chained) == [("unchained", None)]
+    assert breaks(chained) == [("hash_missing", 6), ("head_mismatch", 5)]
 
 
 def test_a_deleted_head_is_never_ok(chained):

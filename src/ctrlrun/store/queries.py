@@ -40,6 +40,10 @@ def parse_queries(text: str) -> dict[str, str]:
     return queries
 
 
+SCHEMA_FILE: Final = "schema.sql"
+"""The dialect's whole schema, for reading (decision 0019): no queries in it."""
+
+
 @cache
 def load_queries(dialect: str) -> dict[str, str]:
     """The named queries of every ``sql/<dialect>/*.sql`` file, parsed once; a name defined in
@@ -47,7 +51,7 @@ def load_queries(dialect: str) -> dict[str, str]:
     folder = resources.files("ctrlrun.store").joinpath("sql", dialect)
     queries: dict[str, str] = {}
     for entry in sorted(folder.iterdir(), key=lambda e: e.name):
-        if not entry.name.endswith(".sql"):
+        if not entry.name.endswith(".sql") or entry.name == SCHEMA_FILE:
             continue
         found = parse_queries(entry.read_text(encoding="utf-8"))
         clash = sorted(set(found) & set(queries))

@@ -6,7 +6,7 @@ The common case of each transaction is written here; everything else goes to the
 
 * ``start``: the action's effect-key template checked (or recorded), the reservation of an
   absent key (a guarded ``INSERT … ON CONFLICT DO NOTHING``, stamped with the server's time)
-  and the events, one call to ``ctrlrun_reserve_templated`` (migration 0008), with ``BEGIN``
+  and the events, one call to ``ctrlrun_reserve_templated``, with ``BEGIN``
   and ``COMMIT`` in one message. A key that exists, or a template that differs, raises CR001
   and nothing commits: the store then runs ``start_action_in_txn``, which reads the
   record and plans, in a new transaction. A start with an approval takes that shared path
@@ -146,7 +146,7 @@ _EVENTS_JSON: Final = json.JSONEncoder(
 
 
 def events_json(drafts: Iterable[EventDraft]) -> str:
-    """Events as the one jsonb array the migration-0006 functions insert in order: a row
+    """Events as the one jsonb array the schema's functions insert in order: a row
     ``[type, action_id, effect_key, approval_id, data_json]`` each, None as JSON null and
     data_json (JSON text, as the shared path stores it) as a JSON string, which the server
     reads back character for character (``->>``)."""
@@ -241,7 +241,7 @@ def receipt_write(
 ) -> tuple[tuple[str, str, dict[str, Any]], PendingReceipt]:
     """The chained receipt as a write for ``PgTxn.fold_later`` (prefix ``r_``), linked on the
     server: the head locked, the receipt inserted linked to it, the head advanced (the
-    migration-0006 functions, last in their transaction).
+    schema's functions, last in their transaction).
 
     The document is rendered here, canonical, with two random marks: a 41-digit number where
     ``seq`` goes and a string where ``prev_hash`` goes (replaced inside its quotes); the

@@ -17,7 +17,7 @@
   transaction's time on the server (``now_param`` is None) unless the store was given a
   clock; ``fetch_later`` keeps the rows of a queued statement, read when it is sent
   (``returned``), and ``fold_later`` queues one statement that makes several witnessed
-  writes (a function call of migration 0006).
+  writes (a call to one of the schema's functions).
 * Queued statements are bound on the client by psycopg's ``ClientCursor.mogrify`` and go out
   as one simple-query message through the transaction's cursor (``_send``), one result per
   statement, read with ``nextset``.

@@ -58,7 +58,7 @@ Params = Mapping[str, Any]
 Row = Mapping[str, Any]
 
 GUARD_SQLSTATE: Final = "CR001"
-"""Raised by ``ctrlrun_expect_one`` (migration 0004): a folded conditional write matched no row."""
+"""Raised by the schema's functions when a folded conditional write matched no row."""
 
 EFFECT_WRITES: Final = frozenset(
     {"effect_insert", "effect_renew", "effect_move", "effect_reserve_folded", "effect_move_folded"}

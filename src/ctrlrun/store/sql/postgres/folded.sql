@@ -12,10 +12,10 @@ BEGIN;
 SET LOCAL search_path TO {schema};
 
 -- name: effect_reserve_folded
--- The reservation of an absent key and the transaction's events, by ctrlrun_reserve_templated
--- (migration 0008): the action's remembered effect-key template checked (or recorded, the
--- first time) first, then attempt 1 stamped with the transaction's time and lease (whole
--- microseconds, so the client's sum is the same instant), guarded: a key that exists, or a
+-- The reservation of an absent key and the transaction's events, by ctrlrun_reserve_templated:
+-- the action's remembered effect-key template checked (or recorded, the first time) first,
+-- then attempt 1 stamped with the transaction's time and lease (whole microseconds, so the
+-- client's sum is the same instant), guarded: a key that exists, or a
 -- template that differs, raises CR001 and nothing commits. The unique key decides the one
 -- winner. Returns the transaction's time. The events are one jsonb array (folded.events_json).
 SELECT r.stamped_at AS now
@@ -26,7 +26,7 @@ FROM {schema}.ctrlrun_reserve_templated(
 ) AS r;
 
 -- name: effect_finish_folded
--- The outcome's whole transaction, by ctrlrun_finish_effect (migration 0006): effect_move
+-- The outcome's whole transaction, by ctrlrun_finish_effect: effect_move
 -- stamped with the transaction's time, guarded (a move that matches no row raises CR001 and
 -- nothing commits), the events, then the chained receipt linked and hashed on the server (as
 -- receipt_append_folded; its parameters carry the prefix r_). Returns the receipt's seq,
@@ -41,7 +41,7 @@ FROM {schema}.ctrlrun_finish_effect(
 ) AS a;
 
 -- name: receipt_record_folded
--- A chained receipt and its transaction's events, by ctrlrun_record_receipt (migration 0006):
+-- A chained receipt and its transaction's events, by ctrlrun_record_receipt:
 -- the events, then the receipt linked and hashed on the server (as receipt_append_folded; its
 -- parameters carry the prefix r_). Returns the receipt's seq, document and hash.
 SELECT a.seq, a.document, a.hash

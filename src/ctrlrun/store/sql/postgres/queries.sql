@@ -75,7 +75,7 @@ SELECT approval_id, action_hash, action_json, policy_hash, status, created_at, e
 FROM {schema}.approvals WHERE status = %(status)s ORDER BY created_at, approval_id;
 
 -- name: approval_find
--- The requests made for one action under one policy, oldest first (0009's index).
+-- The requests made for one action under one policy, oldest first (approvals_by_action).
 SELECT approval_id, action_hash, action_json, policy_hash, status, created_at, expires_at,
        approver, answered_at, consumed_at, consumed_by, required, excluded_json
 FROM {schema}.approvals
@@ -209,7 +209,7 @@ SELECT migration_id FROM {schema}.schema_version ORDER BY migration_id;
 INSERT INTO {schema}.schema_version (migration_id, applied_at, ctrlrun_version)
 VALUES (%(migration_id)s, now(), %(ctrlrun_version)s);
 
--- --- effect-key templates (0008) -------------------------------------------------------------
+-- --- effect-key templates -------------------------------------------------------------------
 
 -- name: effect_template_get
 SELECT action, template, recorded_at, accepted_by FROM {schema}.effect_templates

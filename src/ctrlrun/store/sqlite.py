@@ -20,23 +20,10 @@ from typing import Any, Final, TypeVar
 from ctrlrun._time import Clock, decode_instant, encode_instant, iso_text, utc_now
 from ctrlrun._version import __version__
 from ctrlrun.errors import InvalidArgument, SchemaMismatch, StoreError, StoreNotFound
-from ctrlrun.kernel.approval import (
-    ApprovalRecord,
-    ApprovalRequestDraft,
-    check_person,
-    check_reason,
-)
-from ctrlrun.kernel.effect import EffectRecord, EffectState
-from ctrlrun.kernel.event import EventDraft
-from ctrlrun.kernel.receipt import Receipt
+from ctrlrun.store.base import SQLStore
 from ctrlrun.store.migrate import classify, refuse_unless_current, refuse_unless_migratable
 from ctrlrun.store.ops import KeptRefusal, Txn
-from ctrlrun.store.ops.actions import finish_action_in_txn, record_in_txn, start_action_in_txn
-from ctrlrun.store.ops.approvals import answer_approval_in_txn, put_approval_request_in_txn
-from ctrlrun.store.ops.effects import begin_execution_in_txn, resolve_effect_in_txn
-from ctrlrun.store.protocol import DriverTxn, FinishRequest, Started, StartRequest
 from ctrlrun.store.queries import load_queries, migration_files
-from ctrlrun.store.reads import StoreReads
 from ctrlrun.store.sqlite_files import can_read, create_private, wal_path
 from ctrlrun.store.sqlite_rows import ROWS_PER_STATEMENT, row_names, rows_statement
 
@@ -171,7 +158,7 @@ def check_sqlite_path(path: str | os.PathLike[str]) -> Path:
     return resolved
 
 
-class SQLiteStateStore(StoreReads):
+class SQLiteStateStore(SQLStore):
     """``StateStore`` on one SQLite file. See the module docstring for the guarantees.
 
     Opening migrates the file forward (creating it if absent) and refuses a schema that is
@@ -336,13 +323,8 @@ class SQLiteStateStore(StoreReads):
     dialect: Final = "sqlite"
     schema: Final[str | None] = None  # SQLite has no schemas (the protocol's Postgres schema)
 
-    def transact(self, work: Callable[[DriverTxn], T]) -> T:
-        """Run ``work(txn)`` in one write transaction and return its result.
-
-        ``KeptRefusal`` commits and raises its refusal; any other exception rolls back and
-        propagates (driver errors as ``StoreError``). This is how later parts (documents,
-        durable work) compose their own ``*_in_txn`` functions with the store's discipline.
-        """
+    def _write(self, work: Callable[[Any], T], operation: str) -> T:
+        """``work(txn)`` in one ``BEGIN IMMEDIATE`` transaction (``_in_txn``)."""
         result: T = self._in_txn(work)
         return result
 
@@ -424,99 +406,6 @@ class SQLiteStateStore(StoreReads):
         applied = self._applied(conn)
         plan = classify(applied, known)
         refuse_unless_current(plan, applied, known, __version__, str(self.path))
-
-    # --- the protected call ---------------------------------------------------------------
-
-    def start_action(self, request: StartRequest) -> Started:
-        """See ``StateStore.start_action``."""
-        started: Started = self._in_txn(start_action_in_txn, request)
-        return started
-
-    def finish_action(self, request: FinishRequest) -> Receipt:
-        """See ``StateStore.finish_action``."""
-        receipt: Receipt = self._in_txn(finish_action_in_txn, request)
-        return receipt
-
-    def record(
-        self, events: tuple[EventDraft, ...], receipt: Mapping[str, Any] | None = None
-    ) -> Receipt | None:
-        """See ``StateStore.record``."""
-        stored: Receipt | None = self._in_txn(record_in_txn, events, receipt)
-        return stored
-
-    def begin_execution(self, effect_key: str, action_id: str, attempt: int) -> EffectRecord:
-        """See ``StateStore.begin_execution``."""
-        record: EffectRecord = self._in_txn(
-            begin_execution_in_txn, effect_key=effect_key, action_id=action_id, attempt=attempt
-        )
-        return record
-
-    def resolve_effect(
-        self,
-        effect_key: str,
-        state: EffectState,
-        resolver: str,
-        *,
-        by: str = "human",
-        attempt: int | None = None,
-        events: tuple[EventDraft, ...] = (),
-    ) -> EffectRecord:
-        """See ``StateStore.resolve_effect``."""
-        record: EffectRecord = self._in_txn(
-            resolve_effect_in_txn,
-            effect_key=effect_key,
-            target=EffectState(state),
-            resolver=resolver,
-            by=by,
-            attempt=attempt,
-            events=events,
-        )
-        return record
-
-    # --- approvals ------------------------------------------------------------------------
-
-    def put_approval_request(
-        self, draft: ApprovalRequestDraft, events: tuple[EventDraft, ...] = ()
-    ) -> ApprovalRecord:
-        """See ``StateStore.put_approval_request``."""
-
-        def work(txn: _Txn) -> ApprovalRecord:
-            record_in_txn(txn, events, None)
-            return put_approval_request_in_txn(txn, draft)
-
-        record: ApprovalRecord = self._in_txn(work)
-        return record
-
-    def grant_approval(
-        self, approval_id: str, approver: str, signature: str | None = None
-    ) -> ApprovalRecord:
-        """See ``StateStore.grant_approval``."""
-        return self._answer(approval_id, approver, grant=True, signature=signature)
-
-    def deny_approval(
-        self, approval_id: str, approver: str, reason: str | None = None
-    ) -> ApprovalRecord:
-        """See ``StateStore.deny_approval``."""
-        return self._answer(approval_id, approver, grant=False, reason=check_reason(reason))
-
-    def _answer(
-        self,
-        approval_id: str,
-        approver: str,
-        *,
-        grant: bool,
-        reason: str | None = None,
-        signature: str | None = None,
-    ) -> ApprovalRecord:
-        record: ApprovalRecord = self._in_txn(
-            answer_approval_in_txn,
-            approval_id=approval_id,
-            approver=check_person(approver),
-            grant=grant,
-            reason=reason,
-            signature=signature,
-        )
-        return record
 
 
 def split_statements(sql: str) -> Iterator[str]:

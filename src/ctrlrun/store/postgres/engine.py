@@ -44,7 +44,7 @@ from ctrlrun.store.ops import KeptRefusal
 from ctrlrun.store.postgres.connections import Connection, Connections
 from ctrlrun.store.postgres.recover import Recovery
 from ctrlrun.store.postgres.txn import PgTxn
-from ctrlrun.store.postgres.witness import Verdict
+from ctrlrun.store.postgres.witness import GUARD_SQLSTATE, GuardMissed, Verdict
 
 T = TypeVar("T")
 
@@ -229,11 +229,10 @@ class Engine:
             self.connections.discard(conn)
 
     def _failed(self, operation: str, exc: psycopg.Error) -> WriteFailed:
-        return WriteFailed(
-            f"{self.where}: {operation}: nothing was committed: {exc}",
-            sqlstate=exc.sqlstate,
-            operation=operation,
-        )
+        message = f"{self.where}: {operation}: nothing was committed: {exc}"
+        if exc.sqlstate == GUARD_SQLSTATE:
+            return GuardMissed(message, operation=operation)
+        return WriteFailed(message, sqlstate=exc.sqlstate, operation=operation)
 
     # --- reads ---------------------------------------------------------------------------
 

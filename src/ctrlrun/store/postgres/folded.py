@@ -39,10 +39,9 @@ from ctrlrun.kernel.event import EventDraft, EventType
 from ctrlrun.kernel.receipt import ReceiptDraft, StoredReceipt
 from ctrlrun.store.codec import event_data_json, result_json
 from ctrlrun.store.ops.actions import start_action_in_txn
-from ctrlrun.store.postgres.witness import GUARD_SQLSTATE
 from ctrlrun.store.protocol import FinishRequest, Started, StartRequest
 
-__all__ = ["GUARD_SQLSTATE", "PendingReceipt", "PendingStart", "finish", "record", "start"]
+__all__ = ["PendingReceipt", "PendingStart", "finish", "record", "start"]
 
 if TYPE_CHECKING:  # the driver is imported when a store is constructed, not before
     from ctrlrun.store.postgres.txn import PgTxn

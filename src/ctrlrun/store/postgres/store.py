@@ -19,25 +19,17 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from ctrlrun._time import Clock, check_positive, utc_now
-from ctrlrun.errors import AmbiguousEffect, CtrlrunError, StoreError, WriteFailed
-from ctrlrun.kernel.approval import (
-    ApprovalRecord,
-    ApprovalRequestDraft,
-    check_person,
-    check_reason,
-)
-from ctrlrun.kernel.effect import EffectRecord, EffectState
+from ctrlrun.errors import AmbiguousEffect, CtrlrunError, StoreError
 from ctrlrun.kernel.event import EventDraft
 from ctrlrun.kernel.receipt import Receipt
+from ctrlrun.store.base import SQLStore
 from ctrlrun.store.ops import KeptRefusal, Txn
-from ctrlrun.store.ops.actions import finish_action_in_txn, record_in_txn, start_action_in_txn
-from ctrlrun.store.ops.approvals import answer_approval_in_txn, put_approval_request_in_txn
-from ctrlrun.store.ops.effects import begin_execution_in_txn, resolve_effect_in_txn
+from ctrlrun.store.ops.actions import record_in_txn, start_action_in_txn
 from ctrlrun.store.postgres import folded
 from ctrlrun.store.postgres.names import check_schema_name, load_driver
 from ctrlrun.store.postgres.skew import DEFAULT_THRESHOLD, ClockSkew, SkewSchedule, measure
-from ctrlrun.store.protocol import DriverTxn, FinishRequest, Started, StartRequest
-from ctrlrun.store.reads import StoreReads
+from ctrlrun.store.postgres.witness import GuardMissed
+from ctrlrun.store.protocol import FinishRequest, Started, StartRequest
 
 if TYPE_CHECKING:
     from ctrlrun.store.postgres.engine import Engine
@@ -53,7 +45,7 @@ def _utc(value: Any) -> datetime:
     return value.astimezone(UTC)
 
 
-class PostgresStateStore(StoreReads):
+class PostgresStateStore(SQLStore):
     """``StateStore`` on one schema of a Postgres database (see the module docstring).
 
     ``url`` goes to ``psycopg.connect`` unchanged. ``schema`` must be a plain identifier and
@@ -130,19 +122,14 @@ class PostgresStateStore(StoreReads):
         """The latest measurement of the application clock against the server's."""
         return self._skew
 
-    def transact(self, work: Callable[[DriverTxn], T]) -> T:
-        """Run ``work(txn)`` in one write transaction and return its result.
-
-        ``txn`` is a ``DriverTxn``: ``txn.connection`` and ``txn.schema`` let a caller's own
-        SQL (a durable database step) write inside the same transaction.
-        ``KeptRefusal`` commits and raises its refusal; any other exception rolls back. Driver
-        errors before the COMMIT took effect raise ``WriteFailed``. A COMMIT that went
-        unanswered is settled by re-reading a row the transaction wrote that a re-read can
-        recognise (an effect, an approval, a document, an outbox settle, a receipt): landed →
-        ``work``'s result; not landed → ``work`` runs once more in a new transaction;
-        otherwise, or when it wrote none of those, ``AmbiguousWrite``.
-        """
-        return self._engine.write(work, operation="transact")
+    def _write(self, work: Callable[[Any], T], operation: str) -> T:
+        """``work(txn)`` in one write transaction. Driver errors before the COMMIT took effect
+        raise ``WriteFailed``. A COMMIT that went unanswered is settled by re-reading a row the
+        transaction wrote that a re-read can recognise (an effect, an approval, a document, an
+        outbox settle, a receipt): landed → ``work``'s result; not landed → ``work`` runs once
+        more in a new transaction; otherwise, or when it wrote none of those,
+        ``AmbiguousWrite`` (``engine``)."""
+        return self._engine.write(work, operation=operation)
 
     def read(self, work: Callable[[Txn], T]) -> T:
         """Run ``work(txn)`` outside any transaction (it must only read)."""
@@ -155,9 +142,10 @@ class PostgresStateStore(StoreReads):
     # --- the protected call --------------------------------------------------------------
 
     def start_action(self, request: StartRequest) -> Started:
-        """See ``StateStore.start_action``. Folded into the COMMIT's message when the key is
-        absent; a key that exists (CR001, nothing committed) goes to the shared
-        ``start_action_in_txn``, which reads the record and asks the planner."""
+        """See ``StateStore.start_action``. Overrides the shared path on the hot path: folded
+        into the COMMIT's message when the key is absent; a key that exists (``GuardMissed``,
+        nothing committed) goes to the shared ``start_action_in_txn``, which reads the record
+        and asks the planner."""
         lapsed: list[bool] = []
 
         def run(fold: bool) -> Started | folded.PendingStart:
@@ -173,9 +161,7 @@ class PostgresStateStore(StoreReads):
         try:
             try:
                 started = run(fold=True)
-            except WriteFailed as exc:
-                if exc.sqlstate != folded.GUARD_SQLSTATE:
-                    raise
+            except GuardMissed:
                 started = run(fold=False)
         except AmbiguousEffect:
             if any(lapsed):  # a lease was found expired: judge the clocks (never the lease)
@@ -198,28 +184,20 @@ class PostgresStateStore(StoreReads):
         return started.granted(record.lease_expires_at)
 
     def finish_action(self, request: FinishRequest) -> Receipt:
-        """See ``StateStore.finish_action``. Folded into the COMMIT's message; when the
-        outcome's conditional move matched no row (CR001, nothing committed), the shared
-        ``finish_action_in_txn`` re-reads and decides in a new transaction."""
+        """See ``StateStore.finish_action``. Overrides the shared path: folded into the
+        COMMIT's message; when the outcome's conditional move matched no row (``GuardMissed``,
+        nothing committed), the shared path re-reads and decides in a new transaction."""
         try:
-            pending = self._engine.write(
-                lambda txn: folded.finish(txn, request), operation="finish_action"
-            )
-        except WriteFailed as exc:
-            if exc.sqlstate != folded.GUARD_SQLSTATE:
-                raise
-            return self._engine.write(
-                lambda txn: finish_action_in_txn(txn, request), operation="finish_action"
-            )
+            pending = self._write(lambda txn: folded.finish(txn, request), "finish_action")
+        except GuardMissed:
+            return super().finish_action(request)
         return self._stored(pending)
 
     def record(
         self, events: tuple[EventDraft, ...], receipt: Mapping[str, Any] | None = None
     ) -> Receipt | None:
-        """See ``StateStore.record``."""
-        pending = self._engine.write(
-            lambda txn: folded.record(txn, events, receipt), operation="record"
-        )
+        """See ``StateStore.record``. Overrides the shared path: one folded message."""
+        pending = self._write(lambda txn: folded.record(txn, events, receipt), "record")
         return None if pending is None else self._stored(pending)
 
     def _stored(self, pending: folded.PendingReceipt) -> Receipt:
@@ -233,87 +211,6 @@ class PostgresStateStore(StoreReads):
             raise StoreError(f"receipt {pending.receipt_id} landed but cannot be read back")
         row = rows[0]
         return Receipt(int(row["seq"]), pending.receipt_id, row["document"], row["hash"])
-
-    def begin_execution(self, effect_key: str, action_id: str, attempt: int) -> EffectRecord:
-        """See ``StateStore.begin_execution``."""
-        return self._engine.write(
-            lambda txn: begin_execution_in_txn(
-                txn, effect_key=effect_key, action_id=action_id, attempt=attempt
-            ),
-            operation="begin_execution",
-        )
-
-    def resolve_effect(
-        self,
-        effect_key: str,
-        state: EffectState,
-        resolver: str,
-        *,
-        by: str = "human",
-        attempt: int | None = None,
-        events: tuple[EventDraft, ...] = (),
-    ) -> EffectRecord:
-        """See ``StateStore.resolve_effect``."""
-        target = EffectState(state)
-        return self._engine.write(
-            lambda txn: resolve_effect_in_txn(
-                txn,
-                effect_key=effect_key,
-                target=target,
-                resolver=resolver,
-                by=by,
-                attempt=attempt,
-                events=events,
-            ),
-            operation="resolve_effect",
-        )
-
-    # --- approvals -----------------------------------------------------------------------
-
-    def put_approval_request(
-        self, draft: ApprovalRequestDraft, events: tuple[EventDraft, ...] = ()
-    ) -> ApprovalRecord:
-        """See ``StateStore.put_approval_request``."""
-
-        def work(txn: Txn) -> ApprovalRecord:
-            record_in_txn(txn, events, None)
-            return put_approval_request_in_txn(txn, draft)
-
-        return self._engine.write(work, operation="put_approval_request")
-
-    def grant_approval(
-        self, approval_id: str, approver: str, signature: str | None = None
-    ) -> ApprovalRecord:
-        """See ``StateStore.grant_approval``."""
-        return self._answer(approval_id, approver, grant=True, signature=signature)
-
-    def deny_approval(
-        self, approval_id: str, approver: str, reason: str | None = None
-    ) -> ApprovalRecord:
-        """See ``StateStore.deny_approval``."""
-        return self._answer(approval_id, approver, grant=False, reason=check_reason(reason))
-
-    def _answer(
-        self,
-        approval_id: str,
-        approver: str,
-        *,
-        grant: bool,
-        reason: str | None = None,
-        signature: str | None = None,
-    ) -> ApprovalRecord:
-        person = check_person(approver)
-        return self._engine.write(
-            lambda txn: answer_approval_in_txn(
-                txn,
-                approval_id=approval_id,
-                approver=person,
-                grant=grant,
-                reason=reason,
-                signature=signature,
-            ),
-            operation="grant_approval" if grant else "deny_approval",
-        )
 
     # --- clock skew ----------------------------------------------------------------------
 

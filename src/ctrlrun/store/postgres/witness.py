@@ -60,6 +60,16 @@ Row = Mapping[str, Any]
 GUARD_SQLSTATE: Final = "CR001"
 """Raised by the schema's functions when a folded conditional write matched no row."""
 
+
+class GuardMissed(WriteFailed):
+    """A folded conditional write matched no row (``CR001``): nothing committed, and the store
+    decides again on the shared path in a new transaction. The Postgres store's own signal,
+    caught where it folds; were one ever to escape, it is still a ``WriteFailed``."""
+
+    def __init__(self, message: str, *, operation: str = "") -> None:
+        super().__init__(message, sqlstate=GUARD_SQLSTATE, operation=operation)
+
+
 EFFECT_WRITES: Final = frozenset(
     {"effect_insert", "effect_renew", "effect_move", "effect_reserve_folded", "effect_move_folded"}
 )
@@ -339,11 +349,10 @@ _UNCHANGED: Final[dict[str, Callable[[Params, Row | None], bool]]] = {
 # --- "something else": the planner's refusal -----------------------------------------------
 
 
-def _not_ours(key: str) -> WriteFailed:
-    return WriteFailed(
+def _not_ours(key: str) -> GuardMissed:
+    return GuardMissed(
         f"effect {key!r}: the folded reservation met a record it did not write; the planner"
         " decides in a new transaction",
-        sqlstate=GUARD_SQLSTATE,
         operation="start_action",
     )
 
@@ -356,7 +365,7 @@ def refusal(evidence: Evidence, row: Row | None, now: datetime, read_ts: Any) ->
     (``InProgress``): recovery re-issues only what it proved did not land.
     One exception: a folded reservation only ever inserts attempt 1 on an absent key, so a
     record the planner would renew (FAILED) holds no live attempt of ours — if ours landed, it
-    was moved on and never executed. That answer is ``WriteFailed(CR001)``, as if the guard
+    was moved on and never executed. That answer is ``GuardMissed``, as if the guard
     had fired: the store asks the planner again in a new transaction.
     """
     write = evidence.first

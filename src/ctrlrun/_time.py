@@ -72,7 +72,7 @@ class ManualClock:
     ``ctrlrun verify`` use to reach a lease's or an approval's expiry without sleeping.
 
     It starts at ``start`` (default: the system clock's reading when it was made) and reads the
-    same until ``advance`` or ``set`` moves it. Reading is safe from any thread.
+    same until ``advance`` moves it. Reading is safe from any thread.
     """
 
     def __init__(self, start: datetime | None = None) -> None:

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from ctrlrun._time import ManualClock
 from ctrlrun.kernel.approval import ApprovalRecord
 from ctrlrun.kernel.policy import Policy
 from ctrlrun.kernel.receipt import Receipt
@@ -23,24 +23,6 @@ from ctrlrun.runtime.control import Control
 from ctrlrun.store.sqlite import SQLiteStateStore
 
 __all__ = ["CapturingSink", "ManualClock", "control_for"]
-
-
-class ManualClock:
-    """A UTC clock that only moves when told to. Starts at ``start`` (default: 2026-01-01
-    12:00 UTC). Never goes backwards."""
-
-    def __init__(self, start: datetime | None = None) -> None:
-        self.now = start or datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, delta: timedelta) -> datetime:
-        """Move forward by ``delta`` (not negative); the new time."""
-        if delta < timedelta(0):
-            raise ValueError("a ManualClock never goes backwards")
-        self.now += delta
-        return self.now
 
 
 @dataclass

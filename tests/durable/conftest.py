@@ -10,7 +10,7 @@ with test-only SQL run beside the store (``support.pg_sql``), never through it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -18,27 +18,16 @@ import pytest
 from ctrlrun._time import encode_instant
 from ctrlrun.postgres import PostgresStateStore
 from ctrlrun.store.sqlite import SQLiteStateStore
+from ctrlrun.testing import ManualClock
 from support import pg_sql
-
-
-class FakeClock:
-    """A clock that only moves when told to."""
-
-    def __init__(self, start: datetime | None = None) -> None:
-        self.now = start or datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, delta: timedelta) -> None:
-        self.now += delta
+from support.clocks import DEFAULT_START
 
 
 @dataclass
 class Backend:
     name: str
     store: Any
-    clock: FakeClock | None = None
+    clock: ManualClock | None = None
     url: str = ""  # postgres: the server's URL (the store's own connections never serve tests)
 
     def sql(self, text: str, params: dict[str, Any] | None = None) -> list[Any]:
@@ -112,8 +101,8 @@ class Backend:
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
+def clock() -> ManualClock:
+    return ManualClock(DEFAULT_START)
 
 
 @pytest.fixture

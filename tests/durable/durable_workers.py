@@ -6,21 +6,12 @@ loudly (``FileExistsError``) instead of passing silently."""
 from __future__ import annotations
 
 import os
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-START = datetime(2026, 1, 1, 12, tzinfo=UTC)  # the parent's FakeClock starts here too
-
-
-class FixedClock:
-    """A clock frozen at ``start`` (the parent moves its own clock past it afterwards)."""
-
-    def __init__(self, start: datetime) -> None:
-        self.start = start
-
-    def __call__(self) -> datetime:
-        return self.start
+from ctrlrun.testing import ManualClock
+from support.clocks import DEFAULT_START as START  # the parent's clock starts here too
 
 
 def mark(folder: str | Path, name: str) -> None:
@@ -40,7 +31,7 @@ def _store(db: str | tuple[str, str], start: datetime | None) -> Any:
         return PostgresStateStore(url, schema=schema)
     from ctrlrun.store.sqlite import SQLiteStateStore
 
-    return SQLiteStateStore(db, clock=FixedClock(start or START))
+    return SQLiteStateStore(db, clock=ManualClock(start or START))
 
 
 def race_outbox_claim(db: str, calls: str, barrier: Any, results: Any) -> None:
@@ -88,7 +79,7 @@ def run_plan_then_hang(
 
     store = _store(db, None)
     steps = make_steps(calls, hang_in=hang_in, inside=inside)
-    control = Control(Policy.from_file(policy), store, clock=FixedClock(START))
+    control = Control(Policy.from_file(policy), store, clock=ManualClock(START))
     from ctrlrun.durable import PlanRunner
 
     PlanRunner(store, steps, control=control).run(plan_id)

@@ -82,7 +82,8 @@ def catch_up(backend) -> None:
     """Children stamp SQLite rows with the real clock: move the test's clock past it (on
     Postgres every process shares the server's)."""
     if backend.name == "sqlite":
-        backend.clock.now = max(backend.clock.now, datetime.now(UTC) + timedelta(seconds=1))
+        behind = datetime.now(UTC) + timedelta(seconds=1) - backend.clock()
+        backend.clock.advance(max(behind, timedelta(0)))
 
 
 def agent_asks(tmp_path, policy, backend) -> str:

@@ -201,7 +201,7 @@ class TestRetries:
             backoff=Backoff(base=timedelta(seconds=8)),
         )
         dispatcher.run_once()
-        assert outbox.get(message_id).next_attempt_at == clock.now + timedelta(seconds=4)
+        assert outbox.get(message_id).next_attempt_at == clock() + timedelta(seconds=4)
 
     def test_undeliverable_fails_without_retry(self, backend):
         outbox = Outbox(backend.store)

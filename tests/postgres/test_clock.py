@@ -13,15 +13,12 @@ from ctrlrun.errors import AmbiguousEffect, DuplicateEffect, DuplicateState, Inv
 from ctrlrun.kernel.effect import EffectState
 from ctrlrun.kernel.event import EventType
 from ctrlrun.store.protocol import StartRequest
-from support.clocks import FakeClock
+from ctrlrun.testing import ManualClock
+from support.store_calls import start
 
 from .conftest import KEY
 
 pytestmark = pytest.mark.postgres
-
-
-def start(store, action_id="act_1", key=KEY):
-    return store.start_action(StartRequest(action_id=action_id, effect_key=key))
 
 
 def skew_events(store):
@@ -37,7 +34,7 @@ class TestDatabaseClock:
     def test_leases_are_stamped_with_the_servers_clock_not_the_applications(
         self, open_store, pg_schema, monkeypatch
     ):
-        wrong = FakeClock(utc_now() - timedelta(days=3650))  # the host's clock is years off
+        wrong = ManualClock(utc_now() - timedelta(days=3650))  # the host's clock is years off
         monkeypatch.setattr("ctrlrun.store.postgres.store.utc_now", wrong)
         store = open_store()
         before = server_now(pg_schema)
@@ -50,7 +47,7 @@ class TestDatabaseClock:
         assert event.data["direction"] == "behind" and event.data["trigger"] == "open"
 
     def test_skew_never_changes_a_lease_decision(self, open_store, monkeypatch):
-        ahead = FakeClock(utc_now() + timedelta(hours=2))  # far past any lease on this host
+        ahead = ManualClock(utc_now() + timedelta(hours=2))  # far past any lease on this host
         monkeypatch.setattr("ctrlrun.store.postgres.store.utc_now", ahead)
         first, second = open_store(), open_store()
         start(first)
@@ -63,7 +60,7 @@ class TestDatabaseClock:
 class TestSkewReports:
     @pytest.mark.parametrize(("offset", "direction"), [(10, "ahead"), (-10, "behind")])
     def test_a_skewed_clock_is_reported_at_open(self, open_store, offset, direction):
-        clock = FakeClock(utc_now() + timedelta(seconds=offset))
+        clock = ManualClock(utc_now() + timedelta(seconds=offset))
         store = open_store(clock=clock)
         [event] = skew_events(store)
         assert event.action_id is None and event.effect_key is None
@@ -78,7 +75,7 @@ class TestSkewReports:
 
     def test_below_the_threshold_reports_nothing(self, open_store):
         store = open_store(
-            clock=FakeClock(utc_now() + timedelta(seconds=3)),
+            clock=ManualClock(utc_now() + timedelta(seconds=3)),
             clock_skew_threshold=timedelta(seconds=30),
         )
         assert skew_events(store) == [] and store.clock_skew.skew > timedelta(seconds=2)
@@ -95,7 +92,7 @@ class TestSkewReports:
         assert not store.clock_skew.exceeded and skew_events(store) == []
 
     def test_a_lapsed_lease_triggers_one_measurement_per_interval(self, open_store):
-        clock = FakeClock(utc_now())
+        clock = ManualClock(utc_now())
         store = open_store(clock=clock)
         short = timedelta(seconds=1)
         for key in ("refund:pay_1", "refund:pay_2", "refund:pay_3"):

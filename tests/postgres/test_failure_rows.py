@@ -16,15 +16,12 @@ from ctrlrun.errors import DuplicateEffect, StoreError, WriteFailed
 from ctrlrun.kernel.effect import EffectState
 from ctrlrun.kernel.event import EventDraft, EventType
 from ctrlrun.store.postgres.txn import PgTxn
-from ctrlrun.store.protocol import FinishRequest, StartRequest
+from ctrlrun.store.protocol import FinishRequest
+from support.store_calls import start
 
 from .conftest import KEY, in_thread, wait_for_lock_waiter
 
 pytestmark = pytest.mark.postgres
-
-
-def start(store, action_id="act_1", key=KEY, **kwargs):
-    return store.start_action(StartRequest(action_id=action_id, effect_key=key, **kwargs))
 
 
 def at_first_commit(pg_schema, name: str, statement: str) -> None:

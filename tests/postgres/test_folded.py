@@ -22,7 +22,7 @@ from ctrlrun.kernel.receipt import ChainHead, ReceiptDraft, chain_receipt
 from ctrlrun.store.ops.actions import start_action_in_txn
 from ctrlrun.store.postgres.witness import Evidence, Verdict, Write
 from ctrlrun.store.protocol import FinishRequest, StartRequest
-from support.clocks import FakeClock
+from ctrlrun.testing import ManualClock
 from support.policies import POLICY
 
 from .test_lost_commit import finish, start
@@ -68,7 +68,7 @@ class TestSameRowsAsThePlannersPath:
     def test_a_folded_start_writes_what_start_action_in_txn_writes(
         self, open_store, pg_schema, execute, key, at
     ):
-        store = open_store(clock=FakeClock(at))
+        store = open_store(clock=ManualClock(at))
         other = None if key is None else key + ":generic"
         folded = store.start_action(request("act_f", key, execute=execute))
         generic = store.transact(
@@ -105,7 +105,7 @@ class TestSameRowsAsThePlannersPath:
         assert datetime.fromisoformat(expiry) == row["lease_expires_at"]
 
     def test_a_folded_finish_moves_the_record_like_effect_move(self, open_store, pg_schema):
-        store = open_store(clock=FakeClock(T0))
+        store = open_store(clock=ManualClock(T0))
         start(store)
         finish(store)
         row = effect_row(pg_schema, "refund:pay_1")
@@ -179,7 +179,7 @@ class TestTheGuard:
         assert direct.get_effect("refund:pay_1").state is EffectState.AMBIGUOUS
 
     def test_a_lapsed_lease_found_by_a_contender_refuses_the_late_outcome(self, open_store):
-        clock = FakeClock(T0)
+        clock = ManualClock(T0)
         store = open_store(clock=clock)
         start(store, lease=timedelta(seconds=1))
         clock.advance(timedelta(seconds=2))

@@ -28,9 +28,9 @@ from ctrlrun.errors import (
 from ctrlrun.kernel.approval import ApprovalRequestDraft, ApprovalStatus
 from ctrlrun.kernel.effect import EffectState
 from ctrlrun.kernel.event import EventDraft, EventType
-from ctrlrun.store.protocol import FinishRequest, StartRequest
-from support.clocks import FakeClock
+from ctrlrun.testing import ManualClock
 from support.policies import POLICY
+from support.store_calls import finish, start
 
 from .conftest import KEY, in_thread
 
@@ -38,24 +38,6 @@ pytestmark = pytest.mark.postgres
 
 HASH = "sha256:" + "ab" * 32
 WAIT = 30.0
-
-
-def start(store, action_id="act_1", key=KEY, **kwargs):
-    return store.start_action(StartRequest(action_id=action_id, effect_key=key, **kwargs))
-
-
-def finish(store, action_id="act_1", key=KEY, attempt=1, outcome=EffectState.COMMITTED):
-    receipt = {"receipt_id": f"rcp_{action_id}_{attempt}", "action_id": action_id}
-    return store.finish_action(
-        FinishRequest(
-            action_id=action_id,
-            receipt={**receipt, "result": str(outcome), "effect_key": key},
-            effect_key=key,
-            attempt=attempt,
-            outcome=outcome,
-            error=None if outcome is EffectState.COMMITTED else "NotExecuted: declined",
-        )
-    )
 
 
 def raw_row(pg_schema, key=KEY) -> dict[str, Any] | None:
@@ -122,7 +104,7 @@ class TestReservation:
     def test_a_rival_acting_in_the_cut_window_is_refused_and_left_untouched(
         self, proxied, pg_proxy, branches, open_store, pg_schema
     ):
-        rival = open_store(clock=FakeClock(utc_now() + timedelta(hours=1)))  # our lease lapsed
+        rival = open_store(clock=ManualClock(utc_now() + timedelta(hours=1)))  # our lease lapsed
         seen: list[Any] = []
 
         def rival_acts() -> None:
@@ -160,7 +142,7 @@ class TestReservation:
     ):
         """Same action_id, same frozen clock: the rival's live row equals ours in every column
         but the write token. Concluding ownership from the id would run the executor twice."""
-        frozen = FakeClock(utc_now())
+        frozen = ManualClock(utc_now())
         policy = Policy.from_yaml(POLICY)
         ours = Control(policy, open_store(pg_proxy.url, clock=frozen), clock=frozen)
         rival = Control(policy, open_store(clock=frozen), clock=frozen)
@@ -184,7 +166,7 @@ class TestReservation:
         assert (row["action_id"], row["attempt"], row["created_at"]) == (
             action.action_id,
             1,
-            frozen.now,
+            frozen(),
         )
         pg_proxy.release()
         with pytest.raises(DuplicateEffect) as caught:
@@ -291,7 +273,7 @@ class TestTransitions:
         self, proxied, pg_proxy, branches, open_store, pg_schema
     ):
         start(proxied)
-        mover = open_store(clock=FakeClock(utc_now() + timedelta(hours=1)))
+        mover = open_store(clock=ManualClock(utc_now() + timedelta(hours=1)))
         pg_proxy.cut_before_commit()
         pg_proxy.hold(is_effect_reread)
         ours = in_thread(lambda: finish(proxied))
@@ -307,7 +289,7 @@ class TestTransitions:
 
     def test_begin_execution_moved_in_the_cut_window(self, proxied, pg_proxy, branches, open_store):
         start(proxied, execute=False)
-        mover = open_store(clock=FakeClock(utc_now() + timedelta(hours=1)))
+        mover = open_store(clock=ManualClock(utc_now() + timedelta(hours=1)))
         pg_proxy.cut_after_commit(on_cut=lambda: _expect_ambiguous(lambda: start(mover, "act_m")))
         with pytest.raises(AmbiguousEffect):
             proxied.begin_execution(KEY, "act_1", 1)
@@ -458,7 +440,7 @@ class TestKeptWrites:
     @pytest.fixture
     def lapsed(self, direct, open_store, pg_proxy):
         start(direct, "act_holder")
-        return open_store(pg_proxy.url, clock=FakeClock(utc_now() + timedelta(hours=1)))
+        return open_store(pg_proxy.url, clock=ManualClock(utc_now() + timedelta(hours=1)))
 
     @pytest.fixture
     def approved(self, direct) -> dict[str, Any]:

@@ -9,7 +9,8 @@ import pytest
 
 from ctrlrun import Control, Policy, SQLiteStateStore
 from ctrlrun._time import utc_now
-from support.clocks import FakeClock
+from ctrlrun.testing import ManualClock
+from support.clocks import DEFAULT_START
 from support.policies import POLICY
 
 
@@ -34,9 +35,9 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def clock(backend: str) -> FakeClock:
+def clock(backend: str) -> ManualClock:
     # Postgres measures the application clock against its own at open: start at the real time
-    return FakeClock() if backend == "sqlite" else FakeClock(utc_now())
+    return ManualClock(DEFAULT_START) if backend == "sqlite" else ManualClock(utc_now())
 
 
 @pytest.fixture

@@ -11,12 +11,13 @@ import pytest
 import ctrlrun
 from ctrlrun import AmbiguousEffect, Control, EffectState, OutcomeUnrecorded, Policy, StoreError
 from ctrlrun.postgres import PostgresStateStore
-from support.clocks import FakeClock
+from ctrlrun.testing import ManualClock
+from support.clocks import DEFAULT_START
 from support.policies import POLICY
 
 
 def test_on_sqlite_a_locked_database_at_the_outcome_write(tmp_path):
-    clock = FakeClock()
+    clock = ManualClock(DEFAULT_START)
     store = ctrlrun.SQLiteStateStore(tmp_path / "state.db", clock=clock, busy_timeout=0.1)
     control = Control(Policy.from_yaml(POLICY), store, clock=clock, lease=timedelta(minutes=1))
     blocker = sqlite3.connect(tmp_path / "state.db", isolation_level=None)

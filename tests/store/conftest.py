@@ -16,7 +16,8 @@ import pytest
 
 from ctrlrun._time import utc_now
 from ctrlrun.store.sqlite import SQLiteStateStore
-from support.clocks import FakeClock
+from ctrlrun.testing import ManualClock
+from support.clocks import DEFAULT_START
 
 
 class Backend:
@@ -75,10 +76,10 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
 
 
 @pytest.fixture
-def clock(backend: Backend) -> FakeClock:
+def clock(backend: Backend) -> ManualClock:
     # On Postgres the application clock is measured against the server's at open: start the
     # fake clock at the real time so only a test that moves it reports skew.
-    return FakeClock() if backend.name == "sqlite" else FakeClock(utc_now())
+    return ManualClock(DEFAULT_START) if backend.name == "sqlite" else ManualClock(utc_now())
 
 
 @pytest.fixture
@@ -87,7 +88,7 @@ def db_path(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def store(backend: Backend, clock: FakeClock) -> Iterator[Any]:
+def store(backend: Backend, clock: ManualClock) -> Iterator[Any]:
     opened = backend.open(clock)
     yield opened
     opened.close()

@@ -21,33 +21,10 @@ from ctrlrun.errors import (
 from ctrlrun.kernel.approval import ApprovalRequestDraft, ApprovalStatus
 from ctrlrun.kernel.effect import EffectState
 from ctrlrun.kernel.event import EventDraft, EventType
-from ctrlrun.store.protocol import FinishRequest, StartRequest
+from support.store_calls import finish, start
 
 KEY = "refund:pay_1"
 HASH = "sha256:" + "ab" * 32
-
-
-def start(store, action_id="act_1", key=KEY, **kwargs):
-    return store.start_action(StartRequest(action_id=action_id, effect_key=key, **kwargs))
-
-
-def finish(store, action_id="act_1", key=KEY, attempt=1, outcome=EffectState.COMMITTED, **kw):
-    receipt = {
-        "receipt_id": f"rcp_{action_id}_{attempt}",
-        "action_id": action_id,
-        "result": str(outcome),
-        "effect_key": key,
-    }
-    return store.finish_action(
-        FinishRequest(
-            action_id=action_id,
-            receipt=receipt,
-            effect_key=key,
-            attempt=attempt,
-            outcome=outcome,
-            **kw,
-        )
-    )
 
 
 def request_approval(store, approval_id="apr_1", ttl=timedelta(minutes=15), action_hash=HASH):
@@ -72,7 +49,7 @@ class TestReservation:
         assert started.reservation.attempt == 1
         record = store.get_effect(KEY)
         assert record.state is EffectState.EXECUTING and record.action_id == "act_1"
-        assert record.lease_expires_at == clock.now + timedelta(minutes=5)
+        assert record.lease_expires_at == clock() + timedelta(minutes=5)
 
     def test_reserve_without_executing_then_begin(self, store):
         start(store, execute=False)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sqlite3
 import traceback
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -16,22 +16,10 @@ from click.testing import CliRunner, Result
 import ctrlrun
 from ctrlrun.cli import main
 from ctrlrun.store.protocol import StartRequest
+from ctrlrun.testing import ManualClock
 from support.policies import POLICY
 
 ENV = ("CTRLRUN_CONFIG", "CTRLRUN_STORE_URL", "CTRLRUN_DEBUG")
-
-
-class Clock:
-    """Starts at the real now (the CLI compares leases and expiries with the system clock)."""
-
-    def __init__(self) -> None:
-        self.now = datetime.now(UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, delta: timedelta) -> None:
-        self.now += delta
 
 
 def run(*args: str) -> Result:
@@ -68,17 +56,17 @@ class Scene:
         self,
         root: Path,
         *,
-        opener: Callable[[Clock], Any] | None = None,
+        opener: Callable[[ManualClock], Any] | None = None,
         url: str | None = None,
+        start: datetime | None = None,
     ) -> None:
         self.root = root
         self.path = root / ".ctrlrun" / "state.db"
-        self.clock = Clock()
+        # the real now by default: the CLI compares with the system clock
+        self.clock = ManualClock(start)
         self._url = url
-        if opener is None:
-            self.store = ctrlrun.SQLiteStateStore(self.path, clock=self.clock)
-        else:
-            self.store = opener(self.clock)
+        self._opener = opener
+        self.store = (opener or self._sqlite)(self.clock)
         self.control = ctrlrun.Control(
             ctrlrun.Policy.from_yaml(POLICY), self.store, clock=self.clock
         )
@@ -121,6 +109,9 @@ class Scene:
         assert isinstance(self.refund(payment_id, 5_000), TimeoutError)
         return self.receipt_for(f"refund:{payment_id}")["action_id"]
 
+    def _sqlite(self, clock: ManualClock) -> Any:
+        return ctrlrun.SQLiteStateStore(self.path, clock=clock)
+
     def pending(self, payment_id: str = "pay_3", amount: int = 200_000) -> str:
         needed = self.refund(payment_id, amount)
         assert isinstance(needed, ctrlrun.ApprovalRequired)
@@ -128,13 +119,16 @@ class Scene:
 
     def executing(self, key: str, *, lapsed: bool) -> None:
         """A crashed attempt's record: EXECUTING, its lease live or long lapsed."""
-        if lapsed:
-            self.clock.advance(-timedelta(hours=2))
+        request = StartRequest(action_id=f"act_crashed_{key}", effect_key=key)
+        if not lapsed:
+            self.store.start_action(request)
+            return
+        earlier = ManualClock(self.clock() - timedelta(hours=2))  # a clock only moves forward
+        store = (self._opener or self._sqlite)(earlier)
         try:
-            self.store.start_action(StartRequest(action_id=f"act_crashed_{key}", effect_key=key))
+            store.start_action(request)
         finally:
-            if lapsed:
-                self.clock.advance(timedelta(hours=2))
+            store.close()
 
     def receipt_for(self, key: str) -> dict:
         return [r.document for r in self.store.receipts() if r["effect_key"] == key][-1]

@@ -2,8 +2,9 @@
 
 An effect key names one consequence in the world (``refund:pay_123``). Its record moves through
 ``reserved → executing → committed | failed | ambiguous``; the absence of a record means "new".
-``plan_reservation`` decides every reservation (ARCHITECTURE.md §3) and ``plan_transition``
-every later move; stores call them inside their write transaction and then only write.
+``plan_reservation`` decides every reservation and ``plan_transition`` every later move
+(docs/ARCHITECTURE.md, "The effect planner"); stores call them inside their write transaction
+and then only write.
 """
 
 from __future__ import annotations
@@ -122,9 +123,10 @@ def plan_reservation(
 ) -> ReservationPlan:
     """Decide a reservation of ``effect_key`` by ``action_id`` given the existing ``record``.
 
-    Total over every state (ARCHITECTURE.md §3): none → attempt 1; committed → duplicate;
-    ambiguous → ambiguous; failed → renewal at attempt + 1 (refused as ``attempt_ceiling`` past
-    ``max_attempts``); live reserved/executing → in progress, even for the same action_id;
+    Total over every state (docs/ARCHITECTURE.md, "The effect planner"): none → attempt 1;
+    committed → duplicate; ambiguous → ambiguous; failed → renewal at attempt + 1 (refused as
+    ``attempt_ceiling`` past ``max_attempts``); live reserved/executing → in progress, even for
+    the same action_id;
     lapsed reserved/executing → write it ambiguous, then refuse as ambiguous.
     Raises ``InvalidArgument`` for an empty key or action_id or a non-positive lease.
     """

@@ -1,5 +1,6 @@
-"""A ``Control``'s receipt draft is written out key by key (``runtime.receipts._parts``); for
-any action, verdict and outcome its linked text must be exactly the validating encoder's."""
+"""A ``Control``'s receipt draft is prepared in parts around ``seq`` and ``prev_hash``
+(``ReceiptDraft``, the receipt's one byte path); for any action, verdict and outcome its linked
+text must be exactly the validating encoder's."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 from ctrlrun.canonical import canonical_text, sha256_hex
 from ctrlrun.kernel.action import Action, Principal
 from ctrlrun.kernel.receipt import ChainHead, ReceiptDraft, ReceiptResult, chain_receipt
-from ctrlrun.runtime.receipts import Verdict, _parts, receipt_draft
+from ctrlrun.runtime.receipts import Verdict, receipt_draft
 
 settings.register_profile("ctrlrun", derandomize=True, max_examples=200, deadline=None)
 settings.load_profile("ctrlrun")
@@ -58,7 +59,7 @@ def test_a_composed_receipt_links_to_the_encoder_s_bytes(
         approver=approval[1],
         error=error,
     )
-    assert _parts(action, verdict, dict(draft)) is not None  # the composed path was taken
+    assert draft.linked_text(8, "sha256:x") is not None  # prepared in parts
     expected = canonical_text({**draft, "seq": 8, "prev_hash": "sha256:x"})
     assert chain_receipt(draft, ChainHead(7, "sha256:x")) == (
         8,
@@ -72,14 +73,13 @@ def test_a_composed_receipt_links_to_the_encoder_s_bytes(
     assert generic.linked_text(8, "sha256:x") == expected
 
 
-def test_a_value_of_another_type_takes_the_generic_path():
+def test_a_value_of_another_type_is_encoded_by_the_validating_encoder():
     action = Action("p.q", {"n": 1}, Principal("a"))
     verdict = Verdict("allow", "r", "sha256:p")
     now = datetime(2026, 1, 1, tzinfo=UTC)
     draft = receipt_draft(
         action, verdict, ReceiptResult.COMMITTED, started_at=now, finished_at=now, attempt=True
     )
-    assert _parts(action, verdict, dict(draft)) is None
     expected = canonical_text({**draft, "seq": 1, "prev_hash": "h"})
     assert chain_receipt(draft, ChainHead(0, "h"))[1] == expected
 

@@ -142,16 +142,6 @@ class ReceiptDraft(Mapping[str, Any]):
             for segment in layout
         )
 
-    @classmethod
-    def from_parts(cls, fields: dict[str, Any], parts: tuple[str, str, str]) -> ReceiptDraft:
-        """A draft whose three parts the caller composed: exactly what ``ReceiptDraft(fields,
-        texts)`` would prepare for the same values (the caller's contract, held by test). For a
-        caller that knows its keys and value types, so nothing is looked up or dispatched."""
-        draft = cls.__new__(cls)
-        draft._fields = fields
-        draft._parts = parts
-        return draft
-
     def __getitem__(self, key: str) -> Any:
         return self._fields[key]
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Final
 
 from ctrlrun._time import encode_receipt_instant
-from ctrlrun.canonical import new_id, plain_text, string_text
+from ctrlrun.canonical import new_id
 from ctrlrun.errors import evidence_name
 from ctrlrun.kernel.action import Action
 from ctrlrun.kernel.event import EventDraft, EventType
@@ -64,80 +64,15 @@ def receipt_draft(
         "attempt": attempt,
         "result": str(result),
         "error": None if error is None else safe_text(error),
-        "started_at": _receipt_instant(started_at),
-        "finished_at": _receipt_instant(finished_at),
+        "started_at": encode_receipt_instant(started_at),
+        "finished_at": encode_receipt_instant(finished_at),
     }
     if verdict.controls:
         fields["controls"] = list(verdict.controls)
     if signatures:
         fields["approval_signatures"] = [{"approver": a, "signature": s} for a, s in signatures]
-    parts = None if signatures else _parts(action, verdict, fields)
-    if parts is None:
-        texts = {"arguments": action.arguments_text, "principal": action.principal.text}
-        return ReceiptDraft(fields, texts)
-    return ReceiptDraft.from_parts(fields, parts)
-
-
-_SCHEMA_TEXT: Final = string_text(RECEIPT_SCHEMA)
-_OPTIONAL_TEXT: Final = (str, type(None))
-
-
-def _parts(action: Action, verdict: Verdict, fields: dict[str, Any]) -> tuple[str, str, str] | None:
-    """The draft's three canonical parts (around ``prev_hash`` and ``seq``), written out key by
-    key in canonical order: what ``ReceiptDraft(fields, texts)`` prepares, without a lookup
-    and a dispatch per key. None when a value is not of the type this layout assumes (the
-    generic path then encodes it)."""
-    attempt = fields["attempt"]
-    if (
-        type(attempt) not in _ATTEMPT_TYPES
-        or type(verdict.decision) is not str
-        or type(verdict.reason) is not str
-        or type(verdict.policy_hash) is not str
-        or type(fields["approval_id"]) not in _OPTIONAL_TEXT
-        or type(fields["approver"]) not in _OPTIONAL_TEXT
-        or type(fields["effect_key"]) not in _OPTIONAL_TEXT
-    ):
-        return None
-    controls = fields.get("controls")
-    controls_text = "" if controls is None else ',"controls":' + plain_text(controls)
-    text = string_text
-    approval_id = "null" if (value := fields["approval_id"]) is None else text(value)
-    approver = "null" if (value := fields["approver"]) is None else text(value)
-    effect_key = "null" if (value := fields["effect_key"]) is None else text(value)
-    error = "null" if (value := fields["error"]) is None else text(value)
-    resource = "null" if action.resource is None else text(action.resource)
-    # f-strings: one allocation per part, where `+` would build every intermediate string.
-    before = (
-        f'"action":{text(action.name)},"action_hash":{text(action.action_hash)}'
-        f',"action_id":{text(action.action_id)},"approval_id":{approval_id}'
-        f',"approver":{approver},"arguments":{action.arguments_text}'
-        f',"attempt":{"null" if attempt is None else int.__repr__(attempt)}'
-        f"{controls_text}"
-        f',"decision":{text(verdict.decision)},"decision_reason":{text(verdict.reason)}'
-        f',"effect_key":{effect_key},"environment":{text(action.environment)}'
-        f',"error":{error},"finished_at":{text(fields["finished_at"])}'
-        f',"policy_hash":{text(verdict.policy_hash)}'
-    )
-    between = (
-        f'"principal":{action.principal.text},"receipt_id":{text(fields["receipt_id"])}'
-        f',"resource":{resource},"result":{text(fields["result"])},"schema":{_SCHEMA_TEXT}'
-    )
-    return before, between, f'"started_at":{text(fields["started_at"])}'
-
-
-_ATTEMPT_TYPES: Final = (int, type(None))
-
-
-def _receipt_instant(value: datetime) -> str:
-    """``encode_receipt_instant``, without its conversions for an instant already in UTC
-    (every clock's reading is): ISO-8601 with milliseconds and ``Z``."""
-    if value.tzinfo is UTC:
-        # isoformat() without a timespec is the cheaper call; milliseconds truncate, as
-        # timespec="milliseconds" does, and a zero fraction is dropped by it
-        if value.microsecond:
-            return value.isoformat()[:23] + "Z"
-        return value.isoformat(timespec="milliseconds")[:-6] + "Z"
-    return encode_receipt_instant(value)
+    texts = {"arguments": action.arguments_text, "principal": action.principal.text}
+    return ReceiptDraft(fields, texts)
 
 
 def describe(exc: BaseException) -> str:
@@ -155,7 +90,7 @@ def proposed(action: Action) -> EventDraft:
     data: dict[str, Any] = {
         "action": {
             "action_id": action.action_id,
-            "arguments": action.plain_arguments,  # encoded at once, never mutated
+            "arguments": action.plain_arguments,  # encoded with the event, never mutated
             "environment": action.environment,
             "name": action.name,
             "principal": action.principal.to_dict(),
@@ -163,12 +98,6 @@ def proposed(action: Action) -> EventDraft:
         },
         "action_hash": action.action_hash,
     }
-    stored = action.stored_text
-    if stored.isascii():
-        # The "action" value is the action's stored document, already canonical text; the
-        # event encoder escapes only what the canonical one does when the text is ASCII.
-        text = '{"action":' + stored + ',"action_hash":' + string_text(action.action_hash) + "}"
-        data = EncodedEventData(data, text)
     return EventDraft(EventType.ACTION_PROPOSED, action.action_id, data=data)
 
 

@@ -13,11 +13,11 @@ import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-from ctrlrun._time import Clock, decode_instant, encode_instant, iso_text, utc_now
+from ctrlrun._time import Clock, decode_instant, encode_instant, utc_now
 from ctrlrun._version import __version__
 from ctrlrun.errors import InvalidArgument, SchemaMismatch, StoreError, StoreNotFound
 from ctrlrun.store.base import SQLStore
@@ -44,17 +44,6 @@ def _forked() -> None:
 
 if hasattr(os, "register_at_fork"):  # pragma: no branch - every POSIX CPython has it
     os.register_at_fork(after_in_child=_forked)
-
-
-def _instant_text(value: datetime) -> str:
-    """``encode_instant``, without its conversions for an instant already in UTC (every
-    clock's reading on the hot path is): ISO-8601 with microseconds and ``Z``."""
-    if value.tzinfo is UTC:
-        # isoformat() without a timespec is the cheaper call; it drops a zero fraction
-        if value.microsecond:
-            return iso_text(value)[:-6] + "Z"  # drop "+00:00"
-        return value.isoformat(timespec="microseconds")[:-6] + "Z"
-    return encode_instant(value)
 
 
 class _Txn:
@@ -126,9 +115,9 @@ class _Txn:
             return None
         if value is self.now:  # stamped several times per transaction: encode it once
             if self._now_text is None:
-                self._now_text = _instant_text(value)
+                self._now_text = encode_instant(value)
             return self._now_text
-        return _instant_text(value)
+        return encode_instant(value)
 
     def read_ts(self, value: Any) -> datetime:
         return decode_instant(value)

@@ -1,8 +1,11 @@
-"""Clocks and exact instants.
+"""Clocks and the text forms of an instant.
 
-Every timestamp ctrlrun stores is an aware UTC ``datetime``. Stored as text it is ISO-8601 with
-microseconds and a ``Z`` (so it round-trips exactly and sorts as text); receipts carry
-millisecond precision.
+Every timestamp ctrlrun stores is an aware UTC ``datetime``. Written for a machine (stored
+text, JSON) it is ``encode_instant``'s exact form: ISO-8601 with microseconds and ``Z``, so it
+round-trips exactly and sorts as text; a receipt's hashed document carries the same form cut to
+milliseconds (``encode_receipt_instant``). Written for a person (a listing, a page, a refusal's
+message) it is ``display_instant``'s: UTC to the second, ``Z``. Event data and an event's JSON
+keep ``isoformat()``'s form (``iso_text``), which the pinned rows hold.
 """
 
 from __future__ import annotations
@@ -59,6 +62,11 @@ def encode_instant(value: datetime) -> str:
             return iso_text(value)[:-6] + "Z"  # drop "+00:00"
         return value.isoformat(timespec="microseconds")[:-6] + "Z"
     return value.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+
+
+def display_instant(value: datetime) -> str:
+    """What a person reads: UTC to the second, ``2026-01-01T12:00:00Z``."""
+    return encode_instant(value)[:19] + "Z"
 
 
 def decode_instant(text: str) -> datetime:

@@ -19,7 +19,7 @@ from typing import Any, Final, TypeVar
 
 import click
 
-from ctrlrun._time import encode_instant
+from ctrlrun._time import display_instant, encode_instant
 from ctrlrun.display import escape_text
 from ctrlrun.errors import CtrlrunError
 from ctrlrun.runtime.locate import default_store_path, policy_path
@@ -263,7 +263,7 @@ def say(text: str = "", *, err: bool = False) -> None:
 
 def when(value: datetime | None) -> str:
     """A human timestamp: UTC to the second, ``2026-01-01T12:00:00Z``; ``-`` for none."""
-    return "-" if value is None else encode_instant(value)[:19] + "Z"
+    return "-" if value is None else display_instant(value)
 
 
 def instant(value: datetime | None) -> str | None:

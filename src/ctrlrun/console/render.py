@@ -11,6 +11,7 @@ import jinja2
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
+from ctrlrun._time import display_instant
 from ctrlrun.canonical import canonical_text
 from ctrlrun.display import escape_text
 
@@ -38,7 +39,7 @@ def environment() -> jinja2.Environment:
     env.filters["shown"] = lambda value: escape_text(str(value))
     # a JSON value as its canonical text (what hashes cover), shown the same way
     env.filters["canon"] = canon
-    env.filters["instant"] = lambda value: value.strftime("%Y-%m-%d %H:%M:%S UTC") if value else ""
+    env.filters["instant"] = lambda value: display_instant(value) if value else ""
     return env
 
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from typing import Any
 
-from ctrlrun._time import check_positive
+from ctrlrun._time import check_positive, display_instant
 from ctrlrun.canonical import new_id
 from ctrlrun.durable.base import DurableStore, check_name, stamp
 from ctrlrun.durable.records import plan_from_row, step_from_row
@@ -218,7 +218,9 @@ def heal_in_txn(txn: Txn, plan_id: str) -> PlanRecord | None:
         error = INTERRUPTED_ERROR.format(
             epoch=record.claim_epoch,
             worker=record.claimed_by,
-            expiry=record.heartbeat_expires_at.isoformat() if record.heartbeat_expires_at else "-",
+            expiry=(
+                display_instant(record.heartbeat_expires_at) if record.heartbeat_expires_at else "-"
+            ),
         )
         params = stamp(txn, plan_id=plan_id, epoch=record.claim_epoch, error=error)
         if txn.run("plan_heal", params) == 1:

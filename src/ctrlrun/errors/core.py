@@ -94,7 +94,9 @@ def _plain(value: Any) -> Any:
     if isinstance(value, StrEnum):
         return str(value)
     if isinstance(value, datetime):
-        return value.isoformat().replace("+00:00", "Z")
+        from ctrlrun._time import encode_instant  # _time imports the errors: not at load
+
+        return encode_instant(value)
     return value
 
 

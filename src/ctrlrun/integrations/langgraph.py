@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import ctrlrun
+from ctrlrun._time import encode_instant
 from ctrlrun.errors import MissingDependency, NotExecuted
 
 try:
@@ -105,6 +106,6 @@ def pause_payload(needed: ctrlrun.ApprovalRequired, request: ToolCallRequest) ->
         "action": request.tool_call["name"],
         "arguments": request.tool_call["args"],
         "action_hash": needed.action_hash,
-        "expires_at": needed.expires_at.isoformat() if needed.expires_at else None,
+        "expires_at": encode_instant(needed.expires_at) if needed.expires_at else None,
         "summary": needed.summary,
     }

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import ctrlrun
+from ctrlrun._time import encode_instant
 from ctrlrun.errors import MissingDependency, NotExecuted
 
 try:
@@ -80,7 +81,7 @@ def _metadata(needed: ctrlrun.ApprovalRequired) -> dict[str, Any]:
     return {
         "ctrlrun_request_id": needed.request_id,
         "action_hash": needed.action_hash,
-        "expires_at": needed.expires_at.isoformat() if needed.expires_at else None,
+        "expires_at": encode_instant(needed.expires_at) if needed.expires_at else None,
         "summary": needed.summary,
     }
 

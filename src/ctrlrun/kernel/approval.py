@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Final
 
+from ctrlrun._time import display_instant
 from ctrlrun.errors import (
     ActionDenied,
     ApprovalMismatch,
@@ -163,7 +164,7 @@ def plan_answer(record: ApprovalRecord | None, *, approval_id: str, now: datetim
 
 
 def _expired(record: ApprovalRecord) -> ApprovalPlan:
-    detail = f"expired at {record.expires_at.isoformat()}"
+    detail = f"expired at {display_instant(record.expires_at)}"
     return ApprovalPlan(
         _mismatch(record.approval_id, MismatchReason.EXPIRED, detail),
         expire=record.status is not ApprovalStatus.EXPIRED,

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Final
 
+from ctrlrun._time import display_instant
 from ctrlrun.canonical import derived_uuid
 from ctrlrun.errors import InvalidArgument
 
@@ -152,7 +153,7 @@ def plan_lapsed(message: Message, *, max_attempts: int, on_unknown: OnUnknown) -
     error = LAPSED_ERROR.format(
         attempts=message.attempts,
         worker=message.claimed_by,
-        expiry=message.lease_expires_at.isoformat() if message.lease_expires_at else "never",
+        expiry=display_instant(message.lease_expires_at) if message.lease_expires_at else "never",
     )
     if on_unknown is OnUnknown.PARK:
         return Settlement(MessageStatus.AMBIGUOUS, None, error)

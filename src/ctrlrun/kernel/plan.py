@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Final
 
+from ctrlrun._time import display_instant
 from ctrlrun.canonical import canonical_text, digest, is_plain, plain, plain_text
 from ctrlrun.errors import InvalidArgument, PlanReason, PlanRefused
 from ctrlrun.kernel.action import check_action_name
@@ -241,7 +242,7 @@ def _expired(record: PlanRecord) -> PlanDecision:
     decision = _refuse(
         record.plan_id,
         PlanReason.EXPIRED,
-        f"expired at {record.expires_at.isoformat()}",
+        f"expired at {display_instant(record.expires_at)}",
         str(PlanStatus.EXPIRED),
     )
     return PlanDecision(decision.refusal, expire=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from ctrlrun._time import display_instant
 from ctrlrun.errors import InProgress, Refused
 from ctrlrun.kernel.effect import (
     LEASE_EXPIRED_ERROR,
@@ -121,7 +122,7 @@ def _refuse(txn: Txn, ambiguate: bool, refusal: Refused, effect_key: str, action
         raise refusal  # it moved since the plan; the refusal still holds, nothing to keep
     error = LEASE_EXPIRED_ERROR.format(
         attempt=record.attempt,
-        expiry=record.lease_expires_at.isoformat() if record.lease_expires_at else "never",
+        expiry=display_instant(record.lease_expires_at) if record.lease_expires_at else "never",
     )
     changed = _move(txn, record, EffectState.AMBIGUOUS, error=error, result=record.result)
     if changed:

@@ -147,3 +147,27 @@ def test_only_the_postgres_store_imports_the_driver_at_module_level():
         if any(m.split(".")[0] == "psycopg" for m in _module_imports(path))
     )
     assert all(p.startswith(("store/postgres/", "postgres.py")) for p in importers), importers
+
+
+@pytest.mark.parametrize("path", sorted((SRC / "durable").glob("*.py")), ids=lambda p: p.name)
+def test_durable_work_neither_imports_a_driver_nor_branches_on_the_dialect(path):
+    """What differs between the stores is the stores' to say (``execute_on``, named queries
+    per dialect); a durable part is the same code on both."""
+    tree = ast.parse(path.read_text())
+    imported = {
+        (node.module or "") if isinstance(node, ast.ImportFrom) else alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for alias in node.names
+    }
+    assert not {m for m in imported if m.split(".")[0] in {"psycopg", "sqlite3"}}
+    compared = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Compare)
+        and any(
+            isinstance(c, ast.Constant) and c.value in {"sqlite", "postgres"}
+            for c in node.comparators
+        )
+    ]
+    assert compared == []

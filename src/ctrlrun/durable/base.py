@@ -1,7 +1,8 @@
 """What the durable parts need from a store, and the small helpers they share.
 
 A durable part needs only the store's public extension point: ``dialect`` (which named-query
-files to read), ``schema`` (the Postgres schema, for SQL run on a caller's own connection),
+files to read), ``schema`` (the Postgres schema), ``execute_on(conn, name, params)`` (a named
+query on a caller's own connection: the store knows its driver, the durable parts do not),
 ``transact(work)`` (one write transaction, handed a ``DriverTxn``: on SQLite ``BEGIN
 IMMEDIATE``) and ``read(work)``. Every ``*_in_txn`` function reads through the ``Txn``,
 decides with a pure kernel function, and writes with conditional statements whose row counts
@@ -11,7 +12,7 @@ stamped and compared on it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar
 
@@ -42,6 +43,11 @@ class DurableStore(Protocol):
 
     def read(self, work: Callable[[Txn], T]) -> T:
         """Run ``work`` outside any write transaction."""
+        ...
+
+    def execute_on(self, conn: Any, name: str, params: Mapping[str, Any]) -> tuple[int, list[Any]]:
+        """Run named query ``name`` on the caller's own connection, in the caller's open
+        transaction (refused, ``InvalidArgument``, if it would commit on its own)."""
         ...
 
 

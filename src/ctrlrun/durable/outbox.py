@@ -16,7 +16,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ctrlrun.canonical import new_id
-from ctrlrun.durable import connection
 from ctrlrun.durable.base import (
     DurableStore,
     aware_or_none,
@@ -69,14 +68,11 @@ class Outbox:
         connection must be to the store's own database. Raises ``InvalidArgument`` for a
         payload without canonical JSON form or a connection that would autocommit.
         """
-        connection.check_in_transaction(conn, self.dialect)
         params = self._enqueue_params(topic, payload, key, available_at)
-        changed, _ = connection.execute(conn, self.dialect, self.schema, "outbox_enqueue", params)
+        changed, _ = self.store.execute_on(conn, "outbox_enqueue", params)
         if changed == 1:
             return str(params["message_id"])
-        _, rows = connection.execute(
-            conn, self.dialect, self.schema, "outbox_by_key", {"topic": topic, "dedupe_key": key}
-        )
+        _, rows = self.store.execute_on(conn, "outbox_by_key", {"topic": topic, "dedupe_key": key})
         if not rows:
             raise InvalidArgument(f"outbox message {params['message_id']} was not inserted")
         return str(rows[0]["message_id"])
@@ -121,13 +117,8 @@ class Outbox:
             "payload_json": json_text(payload),
             "dedupe_key": key,
             "available_at": available_at,
-            "now": None,
+            "now": None,  # the store's clock: the server's on Postgres, its own on SQLite
         }
-        if self.dialect == "sqlite":
-            # SQLite has no server clock: stamp with the store's, as every other write does
-            params["now"], params["available_at"] = self.store.read(
-                lambda txn: (txn.ts(txn.now), txn.ts(available_at))
-            )
         return params
 
     # --- reads and reconciliation ---------------------------------------------------------

@@ -312,6 +312,30 @@ class SQLiteStateStore(SQLStore):
     dialect: Final = "sqlite"
     schema: Final[str | None] = None  # SQLite has no schemas (the protocol's Postgres schema)
 
+    def execute_on(
+        self, conn: sqlite3.Connection, name: str, params: Mapping[str, Any]
+    ) -> tuple[int, list[Any]]:
+        """Named query ``name`` on the caller's own connection, inside the caller's
+        transaction: its row count and its rows (as mappings). ``InvalidArgument`` for a
+        connection that would commit the statement on its own (autocommit, none open). A
+        ``now`` of None is stamped with this store's clock."""
+        if conn.isolation_level is None and not conn.in_transaction:
+            raise InvalidArgument(
+                "the connection is in autocommit mode with no open transaction: BEGIN first,"
+                " so the message commits together with your own writes"
+            )
+        # bound as this store binds: instants as its text, "now" its clock's reading (SQLite
+        # has no server clock to stamp with)
+        bound = {k: encode_instant(v) if isinstance(v, datetime) else v for k, v in params.items()}
+        if bound.get("now", "") is None:
+            bound["now"] = encode_instant(self._clock())
+        cursor = conn.execute(self._queries[name], bound)
+        rows = cursor.fetchall() if cursor.description else []
+        if rows and not hasattr(rows[0], "keys"):
+            columns = [c[0] for c in cursor.description]
+            rows = [dict(zip(columns, row, strict=True)) for row in rows]
+        return int(cursor.rowcount), rows
+
     def _write(self, work: Callable[[Any], T], operation: str) -> T:
         """``work(txn)`` in one ``BEGIN IMMEDIATE`` transaction (``_in_txn``)."""
         result: T = self._in_txn(work)

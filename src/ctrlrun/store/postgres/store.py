@@ -131,6 +131,13 @@ class PostgresStateStore(SQLStore):
         ``AmbiguousWrite`` (``engine``)."""
         return self._engine.write(work, operation=operation)
 
+    def execute_on(self, conn: Any, name: str, params: Mapping[str, Any]) -> tuple[int, list[Any]]:
+        """Named query ``name`` on the caller's own psycopg connection, inside the caller's
+        transaction (``store/postgres/caller.py``)."""
+        from ctrlrun.store.postgres.caller import execute_on
+
+        return execute_on(conn, self.schema, name, params)
+
     def read(self, work: Callable[[Txn], T]) -> T:
         """Run ``work(txn)`` outside any transaction (it must only read)."""
         return self._engine.read(work)

@@ -1,3 +1,47 @@
-"""Adapter tests run against the real stores, as the runtime tests do: the same fixtures."""
+"""Adapter tests run against the real stores, as the runtime tests do: the same fixtures, plus
+the one protected tool every adapter wraps (a refund, sync and async)."""
 
+import pytest
+
+import ctrlrun
+from ctrlrun import Control, Policy
 from runtime.conftest import backend, clock, store  # noqa: F401 - fixtures, by name
+from support.policies import POLICY
+
+
+@pytest.fixture
+def control(store, clock):  # noqa: F811 - the store fixture, by name
+    return Control(Policy.from_yaml(POLICY), store, clock=clock)
+
+
+@pytest.fixture
+def ran():
+    """The refunds the protected function actually made."""
+    return []
+
+
+@pytest.fixture(params=["sync", "async"])
+def mode(request):
+    return request.param
+
+
+@pytest.fixture
+def protected_refund(control, ran, mode):
+    """``stripe.refund`` under ``control``: a plain function or a coroutine function."""
+    if mode == "sync":
+
+        @ctrlrun.protect("stripe.refund", control=control)
+        def refund(payment_id: str, amount: int) -> str:
+            """Refund a payment."""
+            ran.append((payment_id, amount))
+            return f"refunded {amount}"
+
+    else:
+
+        @ctrlrun.protect("stripe.refund", control=control)
+        async def refund(payment_id: str, amount: int) -> str:
+            """Refund a payment."""
+            ran.append((payment_id, amount))
+            return f"refunded {amount}"
+
+    return refund

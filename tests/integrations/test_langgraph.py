@@ -19,9 +19,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
 import ctrlrun
-from ctrlrun import Control, Policy
 from ctrlrun.integrations.langgraph import CtrlrunMiddleware
-from support.policies import POLICY
 
 ids = itertools.count()
 
@@ -41,39 +39,8 @@ def model(*calls):
 
 
 @pytest.fixture
-def control(store, clock):
-    return Control(Policy.from_yaml(POLICY), store, clock=clock)
-
-
-@pytest.fixture
-def ran():
-    return []
-
-
-@pytest.fixture(params=["sync", "async"])
-def mode(request):
-    return request.param
-
-
-@pytest.fixture
-def refund(control, ran, mode):
-    if mode == "sync":
-
-        @ctrlrun.protect("stripe.refund", control=control)
-        def refund(payment_id: str, amount: int) -> str:
-            """Refund a payment."""
-            ran.append((payment_id, amount))
-            return f"refunded {amount}"
-
-    else:
-
-        @ctrlrun.protect("stripe.refund", control=control)
-        async def refund(payment_id: str, amount: int) -> str:
-            """Refund a payment."""
-            ran.append((payment_id, amount))
-            return f"refunded {amount}"
-
-    return as_tool(refund)
+def refund(protected_refund):
+    return as_tool(protected_refund)
 
 
 def agent(chat, refund, *middleware):

@@ -12,9 +12,7 @@ from agents import Agent, Runner, set_tracing_disabled
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
 import ctrlrun
-from ctrlrun import Control, Policy
 from ctrlrun.integrations.openai_agents import guarded_tool
-from support.policies import POLICY
 
 set_tracing_disabled(True)
 
@@ -22,34 +20,8 @@ BOT = ctrlrun.Principal("support-bot", "alice")
 
 
 @pytest.fixture
-def control(store, clock):
-    return Control(Policy.from_yaml(POLICY), store, clock=clock)
-
-
-@pytest.fixture
-def ran():
-    return []
-
-
-@pytest.fixture(params=["sync", "async"])
-def tool(request, control, ran):
-    if request.param == "sync":
-
-        @ctrlrun.protect("stripe.refund", control=control)
-        def refund(payment_id: str, amount: int) -> str:
-            """Refund a payment."""
-            ran.append((payment_id, amount))
-            return f"refunded {amount}"
-
-    else:
-
-        @ctrlrun.protect("stripe.refund", control=control)
-        async def refund(payment_id: str, amount: int) -> str:
-            """Refund a payment."""
-            ran.append((payment_id, amount))
-            return f"refunded {amount}"
-
-    return guarded_tool(refund, control=control, principal=lambda ctx: BOT)
+def tool(protected_refund, control):
+    return guarded_tool(protected_refund, control=control, principal=lambda ctx: BOT)
 
 
 def agent(tool, *calls):

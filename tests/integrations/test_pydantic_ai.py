@@ -15,9 +15,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.toolsets import FunctionToolset
 
 import ctrlrun
-from ctrlrun import Control, Policy
 from ctrlrun.integrations.pydantic_ai import CtrlrunToolset
-from support.policies import POLICY
 
 
 def scripted(*calls):
@@ -41,32 +39,8 @@ def scripted(*calls):
 
 
 @pytest.fixture
-def control(store, clock):
-    return Control(Policy.from_yaml(POLICY), store, clock=clock)
-
-
-@pytest.fixture
-def ran():
-    return []
-
-
-@pytest.fixture(params=["sync", "async"])
-def toolset(request, control, ran):
-    if request.param == "sync":
-
-        @ctrlrun.protect("stripe.refund", control=control)
-        def refund(payment_id: str, amount: int) -> str:
-            ran.append((payment_id, amount))
-            return f"refunded {amount}"
-
-    else:
-
-        @ctrlrun.protect("stripe.refund", control=control)
-        async def refund(payment_id: str, amount: int) -> str:
-            ran.append((payment_id, amount))
-            return f"refunded {amount}"
-
-    tools = FunctionToolset([refund])
+def toolset(protected_refund):
+    tools = FunctionToolset([protected_refund])
     return CtrlrunToolset(tools, principal=lambda ctx: ctrlrun.Principal("support-bot", "alice"))
 
 

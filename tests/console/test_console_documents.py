@@ -229,3 +229,19 @@ def test_the_api_behind_the_console_needs_the_session_and_its_token(page, consol
         urllib.request.urlopen(console.url + "/api/documents/runbook")
     assert anonymous.value.code == 403
     assert api.get("/api/documents/runbook").json()["version"] == 1
+
+
+def test_a_name_outside_latin_1_is_recorded_as_it_is(browser, console, docs, runbook):
+    from support.console import sign_in
+
+    context = browser.new_context(base_url=console.url)
+    context.set_default_timeout(10_000)
+    try:
+        tab = context.new_page()
+        sign_in(tab, "zoë")
+        open_editor(tab)
+        edit(tab, {**RUNBOOK, "owner": "zoë"})
+        wait_for(tab, "idle")
+        assert docs.get("runbook").updated_by.startswith("zoë (tab ")  # never "zoÃ«"
+    finally:
+        context.close()

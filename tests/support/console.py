@@ -77,7 +77,9 @@ class Console:
 
     def __init__(self, root: Path, store_path: Path, *extra: str) -> None:
         accounts = root / "accounts"
-        accounts.write_text(f"# people\nada:{hash_password(PASSWORD)}\n")
+        accounts.write_text(
+            f"# people\nada:{hash_password(PASSWORD)}\nzoë:{hash_password(PASSWORD)}\n"
+        )
         exe = Path(sys.executable).with_name("ctrlrun")
         command = [str(exe if exe.exists() else shutil.which("ctrlrun"))]
         self.proc = subprocess.Popen(

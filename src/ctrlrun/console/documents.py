@@ -25,6 +25,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ctrlrun.console.auth import Gate, Person
 from ctrlrun.console.render import page
 from ctrlrun.documents.merge import MERGES
+from ctrlrun.documents.server import ATTESTED_WRITER
 from ctrlrun.documents.server import create_app as documents_api
 from ctrlrun.documents.store import DocumentStore
 from ctrlrun.documents.wire import API_PREFIX, WRITER_HEADER
@@ -40,7 +41,8 @@ class ConsoleDocumentsApi:
     """ASGI: the documents API as the signed-in person (``scope["console.person"]``, set by
     the console's ``SignedIn``). Refuses with 403 a changing request without the session's
     CSRF token, with 400 a tab id that is not 1-16 of ``[a-z0-9]``; otherwise passes the
-    request on with ``X-Ctrlrun-Writer`` replaced by the person and the tab."""
+    request on with the person and the tab as the attested writer (``ATTESTED_WRITER``: text in
+    the scope, so a name outside Latin-1 is recorded as it is)."""
 
     def __init__(self, api: ASGIApp) -> None:
         self.api = api
@@ -54,9 +56,7 @@ class ConsoleDocumentsApi:
             return
         tab = headers.get(WRITER_HEADER.lower(), "")
         writer = f"{person.name} (tab {tab})" if tab else person.name
-        kept = [(k, v) for k, v in scope["headers"] if k.lower() != WRITER_HEADER.lower().encode()]
-        kept.append((WRITER_HEADER.lower().encode(), writer.encode()))
-        await self.api({**scope, "headers": kept}, receive, send)
+        await self.api({**scope, ATTESTED_WRITER: writer}, receive, send)
 
 
 def _refusal(method: str, headers: dict[str, str], person: Person) -> Response | None:

@@ -58,6 +58,9 @@ from ctrlrun.kernel.document import check_doc_id, check_writer
 ENVELOPE_BYTES: Final = 64 * 1024
 """Room a request body may take beyond the content limit (keys, id, escaping)."""
 DEFAULT_BODY_TIMEOUT: Final = 30.0
+ATTESTED_WRITER: Final = "ctrlrun.writer"
+"""The ASGI scope key under which an app in front of this one names the writer it
+authenticated; it wins over the ``X-Ctrlrun-Writer`` header (text, so any name survives)."""
 _BYTE_COUNT: Final = re.compile(r"[0-9]{1,18}")  # ASCII digits only: str.isdigit takes '١٢' too
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -176,4 +179,9 @@ class _Api:
 
 
 def _writer(request: Request) -> str | None:
+    """The writer an app in front of this one attested (``scope["ctrlrun.writer"]``: the
+    console's signed-in person), else what ``X-Ctrlrun-Writer`` asserts."""
+    attested = request.scope.get(ATTESTED_WRITER)
+    if attested is not None:
+        return check_writer(attested)
     return check_writer(request.headers.get(WRITER_HEADER))

@@ -22,6 +22,7 @@ import click
 from ctrlrun._time import display_instant, encode_instant
 from ctrlrun.display import escape_text
 from ctrlrun.errors import CtrlrunError
+from ctrlrun.loopback import is_loopback
 from ctrlrun.runtime.locate import default_store_path, policy_path
 from ctrlrun.store.protocol import StateStore
 
@@ -48,6 +49,19 @@ class Refusal(click.ClickException):
 
     def __init__(self, message: str) -> None:
         super().__init__(error_text(message))
+
+
+def listen_address(value: str, *, allow_remote: bool, what: str) -> tuple[str, int]:
+    """``--listen HOST:PORT`` as ``(host, port)``: an IPv6 host may be bracketed, the port is
+    0-65535 (0: any free one). A non-loopback host is refused unless ``allow_remote``, naming
+    ``what`` would be exposed. ``Refusal`` for anything else."""
+    host, sep, port = value.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isascii() or not port.isdigit() or int(port) > 65535:
+        raise Refusal(f"--listen takes HOST:PORT with a port of 0-65535, got {value!r}")
+    if not is_loopback(host) and not allow_remote:
+        raise Refusal(f"refusing to listen on {host}: pass --allow-remote to expose the {what}")
+    return host, int(port)
 
 
 class CtrlrunGroup(click.Group):

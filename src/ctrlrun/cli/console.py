@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from ctrlrun.cli.common import Refusal, checked_store_url, say
+from ctrlrun.cli.common import Refusal, checked_store_url, listen_address, say
 from ctrlrun.cli.serve import bind_listening
 from ctrlrun.errors import CtrlrunError, MissingDependency
 from ctrlrun.loopback import HostGuard, is_loopback, served_names
@@ -31,13 +31,6 @@ def _parts() -> tuple[Any, Any, Any]:
         missing = MissingDependency(module=(exc.name or "starlette").split(".")[0], extra="console")
         raise Refusal(str(missing)) from None
     return create_app, Gate, serving.serve
-
-
-def _listen(value: str) -> tuple[str, int]:
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not host or int(port) > 65535:
-        raise click.BadParameter(f"{value!r} is not HOST:PORT", param_hint="--listen")
-    return host, int(port)
 
 
 @click.command("console")
@@ -82,11 +75,9 @@ def console(  # noqa: PLR0917 - click passes one argument per option
     Give exactly one of --accounts (people sign in with a password) and --trusted-header (a
     reverse proxy names them). Loopback only unless --allow-remote.
     """
-    host, port = _listen(listen)
     if (accounts is None) == (trusted_header is None):
         raise click.UsageError("give exactly one of --accounts and --trusted-header")
-    if not is_loopback(host) and not allow_remote:
-        raise Refusal(f"refusing to listen on {host}: pass --allow-remote to expose the console")
+    host, port = listen_address(listen, allow_remote=allow_remote, what="console")
     create_app, gate_type, run = _parts()
     from ctrlrun.console.auth import load_accounts
     from ctrlrun.store import open_store

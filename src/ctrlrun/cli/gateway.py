@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from ctrlrun.cli.common import Refusal, say, store_url_option
+from ctrlrun.cli.common import Refusal, listen_address, say, store_url_option
 from ctrlrun.loopback import is_loopback
 
 
@@ -95,17 +95,12 @@ def _upstream(argv: list[str], is_url: bool) -> Any:
 
 
 def _listening(listen: str, *, allow_remote: bool) -> socket.socket:
-    host, _, port = listen.rpartition(":")
-    if not host or not port.isdigit():
-        raise Refusal(f"--listen takes HOST:PORT, got {listen!r}")
-    host = host.strip("[]")
-    if not is_loopback(host) and not allow_remote:
-        raise Refusal(f"refusing to listen on {host}: pass --allow-remote to expose the gateway")
+    host, port = listen_address(listen, allow_remote=allow_remote, what="gateway")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        sock.bind((host, int(port)))
+        sock.bind((host, port))
     except OSError as exc:
         sock.close()
         raise Refusal(f"cannot listen on {listen}: {exc.strerror or exc}") from exc

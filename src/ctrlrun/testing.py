@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from ctrlrun._time import ManualClock
+from ctrlrun.config import load_policy_text
 from ctrlrun.kernel.approval import ApprovalRecord
-from ctrlrun.kernel.policy import Policy
 from ctrlrun.kernel.receipt import Receipt
 from ctrlrun.runtime.control import Control
 from ctrlrun.store.sqlite import SQLiteStateStore
@@ -59,4 +59,4 @@ def control_for(
     moved = clock or ManualClock()
     store = SQLiteStateStore(Path(directory) / "state.db", clock=moved, create=True)
     sinks = [CapturingSink(), *kwargs.pop("sinks", ())]
-    return Control(Policy.from_yaml(policy_text), store, clock=moved, sinks=sinks, **kwargs)
+    return Control(load_policy_text(policy_text), store, clock=moved, sinks=sinks, **kwargs)

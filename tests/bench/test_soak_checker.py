@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import ctrlrun
+from ctrlrun.config import load_policy_text
 
 SOAK = Path(__file__).resolve().parents[2] / "bench" / "soak"
 sys.path.insert(0, str(SOAK))
@@ -57,7 +58,7 @@ def tamper(request, backend, tmp_path):
 
 @pytest.fixture
 def world(tmp_path, store):
-    control = ctrlrun.Control(ctrlrun.Policy.from_yaml(POLICY), store)
+    control = ctrlrun.Control(load_policy_text(POLICY), store)
     journal = Journal(tmp_path / "journal-1.jsonl")
     return tmp_path, store, control, journal
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctrlrun
 from ctrlrun import Decision
 from ctrlrun.cli.init import STARTER_POLICY
+from ctrlrun.config import load_policy_file, load_policy_text
 from support.cli import refused, run
 
 
@@ -23,13 +24,13 @@ def test_init_writes_a_policy_that_loads_and_creates_the_store(empty):
         " to watch the refusals",
     ]
     assert (empty / "ctrlrun.yaml").read_text() == STARTER_POLICY
-    ctrlrun.Policy.from_file(empty / "ctrlrun.yaml")
+    load_policy_file(empty / "ctrlrun.yaml")
     assert (empty / ".ctrlrun" / "state.db").is_file()
     assert run("receipts").stdout == "no receipts yet\n"
 
 
 def test_the_starter_policy_says_what_it_promises():
-    policy = ctrlrun.Policy.from_yaml(STARTER_POLICY)
+    policy = load_policy_text(STARTER_POLICY)
     assert decide(policy, "crm.read", customer="c_1") is Decision.ALLOW
     assert decide(policy, "email.send", message_id="m_1") is Decision.ALLOW
     assert str(policy.entry("email.send").effect.source) == "email:{message_id}"

@@ -10,6 +10,7 @@ import pytest
 
 import ctrlrun
 from ctrlrun import EffectTemplateChanged
+from ctrlrun.config import load_policy_file
 from support.cli import refused, run
 
 REKEYED = 'effect: "refund:{payment_id}:{amount}"'
@@ -40,7 +41,7 @@ def test_an_empty_store_says_so(scene):
 def test_accept_takes_the_policy_file_s_template_and_unblocks(scene, project):
     scene.committed()
     rekey(project)
-    changed = ctrlrun.Policy.from_file(project / "ctrlrun.yaml")
+    changed = load_policy_file(project / "ctrlrun.yaml")
     blocked = ctrlrun.Control(changed, scene.store)
 
     @ctrlrun.protect("stripe.refund", control=blocked)

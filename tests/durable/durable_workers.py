@@ -10,6 +10,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from ctrlrun.config import load_policy_file
 from ctrlrun.testing import ManualClock
 from support.clocks import DEFAULT_START as START  # the parent's clock starts here too
 
@@ -75,11 +76,11 @@ def run_plan_then_hang(
     """Run ``plan_id``; hang inside step ``hang_in`` (``db`` or ``external``) until killed."""
     from durable_steps import make_steps
 
-    from ctrlrun import Control, Policy
+    from ctrlrun import Control
 
     store = _store(db, None)
     steps = make_steps(calls, hang_in=hang_in, inside=inside)
-    control = Control(Policy.from_file(policy), store, clock=ManualClock(START))
+    control = Control(load_policy_file(policy), store, clock=ManualClock(START))
     from ctrlrun.durable import PlanRunner
 
     PlanRunner(store, steps, control=control).run(plan_id)

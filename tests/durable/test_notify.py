@@ -10,7 +10,8 @@ from datetime import timedelta
 import pytest
 
 import ctrlrun
-from ctrlrun import ApprovalRequired, Control, Policy
+from ctrlrun import ApprovalRequired, Control
+from ctrlrun.config import load_policy_text
 from ctrlrun.durable.notify import notification_dispatcher
 from ctrlrun.durable.outbox import Outbox
 from ctrlrun.kernel.notify import TOPIC
@@ -41,7 +42,7 @@ def receiver(monkeypatch):
 @pytest.fixture
 def control(backend, receiver):
     return Control(
-        Policy.from_yaml(POLICY.format(url=receiver.url)), backend.store, clock=backend.clock
+        load_policy_text(POLICY.format(url=receiver.url)), backend.store, clock=backend.clock
     )
 
 

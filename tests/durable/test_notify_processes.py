@@ -37,9 +37,10 @@ AGENT = textwrap.dedent(
     """\
     import os, signal, sys
     import ctrlrun
+    from ctrlrun.config import load_policy_file
     from ctrlrun.store import open_store
 
-    control = ctrlrun.Control(ctrlrun.Policy.from_file(sys.argv[1]), open_store(sys.argv[2]))
+    control = ctrlrun.Control(load_policy_file(sys.argv[1]), open_store(sys.argv[2]))
 
     @ctrlrun.protect("k8s.namespace.delete", control=control)
     def delete(name: str):

@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 from durable_steps import INVENTORY_SQLITE, make_steps
 
-from ctrlrun import Control, Policy
+from ctrlrun import Control
+from ctrlrun.config import load_policy_text
 from ctrlrun.durable import PlanRunner, Plans, PlanStatus
 from ctrlrun.errors import PlanReason, PlanRefused
 from ctrlrun.kernel.signing import generate, plan_grant_message, sign
@@ -40,7 +41,7 @@ def inventory(backend):
 @pytest.fixture
 def runner(inventory, tmp_path):
     (tmp_path / "calls").mkdir()
-    control = Control(Policy.from_yaml(POLICY), inventory.store, clock=inventory.clock)
+    control = Control(load_policy_text(POLICY), inventory.store, clock=inventory.clock)
     return PlanRunner(inventory.store, make_steps(str(tmp_path / "calls")), control=control)
 
 
@@ -90,7 +91,7 @@ def test_the_shell_signs_a_plan_approval_with_as_and_key(tmp_path):
     key, url = str(tmp_path / "bob.pem"), f"sqlite:///{tmp_path / 'state.db'}"
     done = run("plans", "approve", plan.plan_id, "--as", "bob", "--key", key, "--store-url", url)
     assert done.exit_code == 0, done.output
-    control = Control(Policy.from_yaml(POLICY), store)
+    control = Control(load_policy_text(POLICY), store)
     runner = PlanRunner(store, make_steps(str(tmp_path / "calls")), control=control)
     try:
         assert runner.run(plan.plan_id).plan.status is PlanStatus.EXECUTED

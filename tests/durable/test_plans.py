@@ -14,7 +14,8 @@ import pytest
 from durable_steps import INVENTORY_SQLITE, make_steps
 from durable_workers import run_plan_then_hang
 
-from ctrlrun import Control, EffectState, Policy
+from ctrlrun import Control, EffectState
+from ctrlrun.config import load_policy_text
 from ctrlrun.durable import PlanRunner, Plans, PlanStatus, StepResult
 from ctrlrun.errors import ClaimLost, NotExecuted, PlanReason, PlanRefused, StoreError
 from support.policies import POLICY
@@ -295,7 +296,7 @@ class TestExternalSteps:
     def control(self, inventory):
         """``Control`` on the backend's store: the test's clock on SQLite; on Postgres the
         store's leases follow the server's clock (the control's clock stamps receipts)."""
-        return Control(Policy.from_yaml(POLICY), inventory.store, clock=inventory.clock)
+        return Control(load_policy_text(POLICY), inventory.store, clock=inventory.clock)
 
     def test_an_external_step_goes_through_the_effect_kernel(self, inventory, control, calls):
         plan = approved(inventory.store, RESERVE, EMAIL)
@@ -379,7 +380,7 @@ class TestExternalSteps:
         else:
             inventory.lapse("plans", "plan_id", plan.plan_id, "heartbeat_expires_at")
         other = inventory.fresh()
-        b_control = Control(Policy.from_yaml(POLICY), other, clock=inventory.clock)
+        b_control = Control(load_policy_text(POLICY), other, clock=inventory.clock)
         outcome = PlanRunner(other, make_steps(str(calls)), control=b_control, worker="B").run(
             plan.plan_id
         )
@@ -419,7 +420,7 @@ def test_kill_9_mid_step(inventory, tmp_path, calls, hang_in):
     assert Plans(store).get(plan.plan_id).status is PlanStatus.EXECUTING  # heartbeat live
     backend.pass_time(timedelta(minutes=10))  # past the heartbeat and the effect lease
     assert Plans(store).get(plan.plan_id).status is PlanStatus.APPROVED  # healed on read
-    control = Control(Policy.from_yaml(POLICY), store, clock=backend.clock)
+    control = Control(load_policy_text(POLICY), store, clock=backend.clock)
     outcome = PlanRunner(store, make_steps(str(calls)), control=control).run(plan.plan_id)
     if hang_in == "db":
         assert outcome.ok and outcome.ran == (0, 1)

@@ -4,14 +4,15 @@ the one protected tool every adapter wraps (a refund, sync and async)."""
 import pytest
 
 import ctrlrun
-from ctrlrun import Control, Policy
+from ctrlrun import Control
+from ctrlrun.config import load_policy_text
 from runtime.conftest import backend, clock, store  # noqa: F401 - fixtures, by name
 from support.policies import POLICY
 
 
 @pytest.fixture
 def control(store, clock):  # noqa: F811 - the store fixture, by name
-    return Control(Policy.from_yaml(POLICY), store, clock=clock)
+    return Control(load_policy_text(POLICY), store, clock=clock)
 
 
 @pytest.fixture

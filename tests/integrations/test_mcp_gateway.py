@@ -16,7 +16,8 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 import ctrlrun
-from ctrlrun import Control, EffectState, Policy
+from ctrlrun import Control, EffectState
+from ctrlrun.config import load_policy_text
 from ctrlrun.integrations.mcp import RECEIPT_META, Gateway
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -44,7 +45,7 @@ actions:
 
 @pytest.fixture
 def control(store, clock):
-    return Control(Policy.from_yaml(POLICY), store, clock=clock)
+    return Control(load_policy_text(POLICY), store, clock=clock)
 
 
 @pytest.fixture

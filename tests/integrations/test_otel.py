@@ -13,7 +13,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import ctrlrun
-from ctrlrun import Control, NotExecuted, Policy
+from ctrlrun import Control, NotExecuted
+from ctrlrun.config import load_policy_text
 from ctrlrun.integrations.otel import OTelTracer
 from support.policies import POLICY
 
@@ -32,7 +33,7 @@ def provider(spans):
 
 @pytest.fixture
 def traced(store, clock, provider):
-    return Control(Policy.from_yaml(POLICY), store, clock=clock, tracer=OTelTracer(provider))
+    return Control(load_policy_text(POLICY), store, clock=clock, tracer=OTelTracer(provider))
 
 
 def by_name(spans, name):
@@ -92,7 +93,7 @@ def test_an_approved_call_names_its_approver_and_arguments_are_opt_in(
     store, clock, provider, spans
 ):
     control = Control(
-        Policy.from_yaml(POLICY),
+        load_policy_text(POLICY),
         store,
         clock=clock,
         tracer=OTelTracer(provider, record_arguments=True),

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 import ctrlrun
-from ctrlrun import Control, Policy
+from ctrlrun import Control
+from ctrlrun.config import load_policy_text
 from ctrlrun.postgres import PostgresStateStore
 from support.pg import PgServer
 from support.pg_fixtures import PgSchema
@@ -113,7 +114,7 @@ def left_ambiguous(
 ) -> Callable[..., Any]:
     """``refund(payment_id, amount)`` protected with the reconcile ``hook``, whose first call
     (on ``KEY``) already ended AMBIGUOUS: the executor raised ``TimeoutError`` once."""
-    control = Control(Policy.from_yaml(POLICY), store)
+    control = Control(load_policy_text(POLICY), store)
 
     @ctrlrun.protect("stripe.refund", control=control, reconcile=hook)
     def refund(payment_id: str, amount: int) -> Any:

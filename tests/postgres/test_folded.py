@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from ctrlrun import Action, Control, Policy, Principal
+from ctrlrun import Action, Control, Principal
+from ctrlrun.config import load_policy_text
 from ctrlrun.errors import AmbiguousEffect, DuplicateEffect, DuplicateState
 from ctrlrun.kernel.effect import EffectState
 from ctrlrun.kernel.event import EventDraft, EventType
@@ -153,7 +154,7 @@ class TestTheChainLinkedOnTheServer:
         assert list(direct.receipts()) == [] and direct.chain_head().seq == 0
 
     def test_a_protected_call_leaves_a_chain_that_verifies(self, direct):
-        control = Control(Policy.from_yaml(POLICY), direct)
+        control = Control(load_policy_text(POLICY), direct)
         for n in range(3):
             action = Action("stripe.refund", {"payment_id": f"p{n}", "amount": 1}, Principal("b"))
             receipt = control.execute(action, lambda **_: None)
@@ -279,7 +280,7 @@ def test_eight_threads_appending_at_once_leave_one_unbroken_chain(direct):
     distinct keys (one connection per thread) leave seq 1..N, every link right."""
     import threading
 
-    control = Control(Policy.from_yaml(POLICY), direct)
+    control = Control(load_policy_text(POLICY), direct)
     barrier, errors = threading.Barrier(8), []
 
     def calls(t: int) -> None:

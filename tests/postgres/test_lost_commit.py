@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from ctrlrun import Action, Control, Policy, Principal
+from ctrlrun import Action, Control, Principal
 from ctrlrun._time import utc_now
+from ctrlrun.config import load_policy_text
 from ctrlrun.errors import (
     AmbiguityReason,
     AmbiguousEffect,
@@ -143,7 +144,7 @@ class TestReservation:
         """Same action_id, same frozen clock: the rival's live row equals ours in every column
         but the write token. Concluding ownership from the id would run the executor twice."""
         frozen = ManualClock(utc_now())
-        policy = Policy.from_yaml(POLICY)
+        policy = load_policy_text(POLICY)
         ours = Control(policy, open_store(pg_proxy.url, clock=frozen), clock=frozen)
         rival = Control(policy, open_store(clock=frozen), clock=frozen)
         action = Action("stripe.refund", {"payment_id": "pay_1", "amount": 5000}, Principal("bot"))
@@ -321,7 +322,7 @@ class TestNoWayBack:
     def test_a_lost_commit_and_a_refused_reconnect_writes_nothing_and_runs_nothing(
         self, proxied, pg_proxy, branches, executor, direct, landed
     ):
-        control = Control(Policy.from_yaml(POLICY), proxied)
+        control = Control(load_policy_text(POLICY), proxied)
         action = Action("stripe.refund", {"payment_id": "pay_1", "amount": 5000}, Principal("b"))
         if landed:
             pg_proxy.cut_after_commit(on_cut=lambda: pg_proxy.refuse_connections(True))
@@ -344,7 +345,7 @@ class TestNoWayBack:
     def test_every_commit_swallowed_at_reservation_is_bounded(
         self, proxied, pg_proxy, branches, executor, direct
     ):
-        control = Control(Policy.from_yaml(POLICY), proxied)
+        control = Control(load_policy_text(POLICY), proxied)
         action = Action("stripe.refund", {"payment_id": "pay_1", "amount": 5000}, Principal("b"))
         pg_proxy.cut_before_commit(times=1000)
         with pytest.raises(AmbiguousWrite) as caught:
@@ -356,7 +357,7 @@ class TestNoWayBack:
         pg_proxy.cut_before_commit(0)
 
     def test_every_commit_swallowed_at_recording_is_never_failed(self, proxied, pg_proxy, direct):
-        control = Control(Policy.from_yaml(POLICY), proxied)
+        control = Control(load_policy_text(POLICY), proxied)
         action = Action("stripe.refund", {"payment_id": "pay_1", "amount": 5000}, Principal("b"))
 
         def declined(**_: Any) -> Any:
@@ -412,7 +413,7 @@ def test_a_protected_call_costs_two_transactions_and_two_round_trips(direct, tmp
     record (BEGIN, the guarded update, the events, the head lock, the receipt linked on the
     server and the head, COMMIT): decisions 0006 and 0009. More is a performance regression.
     Counted on the wire: libpq's protocol trace, one ReadyForQuery per round trip."""
-    control = Control(Policy.from_yaml(POLICY), direct)
+    control = Control(load_policy_text(POLICY), direct)
     action = Action("stripe.refund", {"payment_id": "pay_9", "amount": 1}, Principal("b"))
     control.execute(action, lambda **_: None)  # warm: connected, nothing lazy left
     conn = direct._engine.connections.current()

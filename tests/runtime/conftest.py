@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from ctrlrun import Control, Policy, SQLiteStateStore
+from ctrlrun import Control, SQLiteStateStore
 from ctrlrun._time import utc_now
+from ctrlrun.config import load_policy_text
 from ctrlrun.testing import ManualClock
 from support.clocks import DEFAULT_START
 from support.policies import POLICY
@@ -62,7 +63,7 @@ def store(request, backend, tmp_path, clock):
 
 @pytest.fixture
 def control(store, clock):
-    return Control(Policy.from_yaml(POLICY), store, clock=clock)
+    return Control(load_policy_text(POLICY), store, clock=clock)
 
 
 @pytest.fixture

@@ -19,8 +19,8 @@ from ctrlrun import (
     Decision,
     DenyReason,
     EffectState,
-    Policy,
 )
+from ctrlrun.config import load_policy_text
 from ctrlrun.kernel.event import EventType
 from support.policies import POLICY
 
@@ -127,7 +127,7 @@ def test_the_policy_sets_each_action_s_approval_lifetime(store, clock):
         "  k8s.namespace.delete:\n    decision: approve\n",
         "  k8s.namespace.delete:\n    decision: approve\n    approval: {ttl: 2h}\n",
     )
-    control = Control(Policy.from_yaml(text), store, clock=clock)
+    control = Control(load_policy_text(text), store, clock=clock)
 
     @ctrlrun.protect("k8s.namespace.delete", control=control)
     def delete(name: str):
@@ -224,7 +224,7 @@ def test_sinks_see_each_approval_step(store, clock):
         def approval(self, kind, record):
             seen.append((kind, record.approval_id))
 
-    control = Control(Policy.from_yaml(POLICY), store, clock=clock, sinks=[Watch()])
+    control = Control(load_policy_text(POLICY), store, clock=clock, sinks=[Watch()])
 
     @ctrlrun.protect("stripe.refund", control=control)
     def refund(payment_id: str, amount: int):

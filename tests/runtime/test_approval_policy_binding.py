@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 import ctrlrun
-from ctrlrun import ApprovalMismatch, ApprovalStatus, Control, MismatchReason, Policy
+from ctrlrun import ApprovalMismatch, ApprovalStatus, Control, MismatchReason
+from ctrlrun.config import load_policy_text
 from support.policies import POLICY
 
 WIDER = (
@@ -19,8 +20,8 @@ WIDER = (
 
 
 def test_an_approval_under_another_policy_is_refused_and_stays_unused(store, clock):
-    before = Control(Policy.from_yaml(POLICY), store, clock=clock)
-    after = Control(Policy.from_yaml(WIDER), store, clock=clock)
+    before = Control(load_policy_text(POLICY), store, clock=clock)
+    after = Control(load_policy_text(WIDER), store, clock=clock)
     assert before.policy.policy_hash != after.policy.policy_hash
     ran = []
 

@@ -13,8 +13,8 @@ from ctrlrun import (
     ApprovalStatus,
     Control,
     MismatchReason,
-    Policy,
 )
+from ctrlrun.config import load_policy_text
 
 POLICY = """\
 schema: ctrlrun.policy/v1
@@ -32,7 +32,7 @@ actions:
 
 @pytest.fixture
 def quorum(store, clock):
-    return Control(Policy.from_yaml(POLICY), store, clock=clock)
+    return Control(load_policy_text(POLICY), store, clock=clock)
 
 
 @pytest.fixture

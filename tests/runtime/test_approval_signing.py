@@ -14,8 +14,8 @@ from ctrlrun import (
     Control,
     InvalidArgument,
     MismatchReason,
-    Policy,
 )
+from ctrlrun.config import load_policy_text
 from ctrlrun.kernel.signing import generate, record_message, sign, verify
 
 BOB_PEM, BOB_KEY = generate()
@@ -34,7 +34,7 @@ actions:
 
 @pytest.fixture
 def signed(store, clock):
-    return Control(Policy.from_yaml(POLICY), store, clock=clock)
+    return Control(load_policy_text(POLICY), store, clock=clock)
 
 
 @pytest.fixture
@@ -117,6 +117,6 @@ def test_the_api_refuses_what_would_not_verify_and_writes_nothing(signed, delete
 
 def test_approver_keys_are_validated_at_load():
     with pytest.raises(ctrlrun.PolicyError) as bad:
-        Policy.from_yaml(POLICY.replace(BOB_KEY, "ed25519:notbase64!"))
+        load_policy_text(POLICY.replace(BOB_KEY, "ed25519:notbase64!"))
     assert "approvers.bob.key" in bad.value.message
-    assert Policy.from_yaml(POLICY).approvers == {"bob": BOB_KEY}
+    assert load_policy_text(POLICY).approvers == {"bob": BOB_KEY}

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 import ctrlrun
-from ctrlrun import Control, InvalidArgument, Policy
+from ctrlrun import Control, InvalidArgument
 from ctrlrun.canonical import MAX_DEPTH, MAX_INT_DIGITS, canonical_text
+from ctrlrun.config import load_policy_text
 from support.policies import POLICY
 
 
@@ -60,7 +61,7 @@ def test_the_limits_themselves_are_accepted():
 
 
 def test_a_call_over_the_size_limit_is_refused_and_the_limit_is_configurable(store, clock):
-    control = Control(Policy.from_yaml(POLICY), store, clock=clock, max_argument_bytes=1000)
+    control = Control(load_policy_text(POLICY), store, clock=clock, max_argument_bytes=1000)
 
     @ctrlrun.protect("email.send", control=control)
     def send(to: str, body: str):
@@ -86,6 +87,6 @@ def test_the_default_limit_is_one_mebibyte(control, store):
 
 def test_bad_limits_are_refused(store):
     with pytest.raises(InvalidArgument):
-        Control(Policy.from_yaml(POLICY), store, max_argument_bytes=0)
+        Control(load_policy_text(POLICY), store, max_argument_bytes=0)
     with pytest.raises(InvalidArgument):
-        Control(Policy.from_yaml(POLICY), store, async_workers=0)
+        Control(load_policy_text(POLICY), store, async_workers=0)

@@ -24,8 +24,8 @@ from ctrlrun import (
     EffectState,
     InvalidArgument,
     NotExecuted,
-    Policy,
 )
+from ctrlrun.config import load_policy_text
 from ctrlrun.durable import PlanRunner, Plans, Steps
 from ctrlrun.errors import AlreadyCommitted, InProgress
 from ctrlrun.kernel.action import Action, Principal
@@ -192,7 +192,7 @@ class TestCancellation:
                 resume.wait(10)
                 return begun
 
-        control = PausedAfterReserving(Policy.from_yaml(MAIL_POLICY), store, clock=clock)
+        control = PausedAfterReserving(load_policy_text(MAIL_POLICY), store, clock=clock)
         ran = []
 
         @ctrlrun.protect("mail.send", control=control)
@@ -429,7 +429,7 @@ class TestPrincipal:
 
 class TestOneNormalize:
     def test_protect_control_and_the_plan_runner_hash_one_call_alike(self, store, clock):
-        control = Control(Policy.from_yaml(MAIL_POLICY), store, clock=clock)
+        control = Control(load_policy_text(MAIL_POLICY), store, clock=clock)
         arguments = {"to": "ops@example.com", "subject": "hi"}
 
         @ctrlrun.protect("mail.send", control=control)

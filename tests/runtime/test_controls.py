@@ -8,8 +8,9 @@ import json
 import pytest
 
 import ctrlrun
-from ctrlrun import Control, Policy
+from ctrlrun import Control
 from ctrlrun.cli.common import sqlite_url
+from ctrlrun.config import load_policy_text
 from ctrlrun.kernel.event import EventType
 from support.cli import run
 
@@ -37,7 +38,7 @@ actions:
 
 @pytest.fixture
 def calls(store, clock):
-    control = Control(Policy.from_yaml(POLICY), store, clock=clock)
+    control = Control(load_policy_text(POLICY), store, clock=clock)
 
     @ctrlrun.protect("stripe.refund", control=control)
     def refund(payment_id: str, amount: int) -> str:

@@ -10,7 +10,8 @@ import asyncio
 import pytest
 
 import ctrlrun
-from ctrlrun import ApprovalStatus, Control, DenyReason, EffectTemplateChanged, Policy
+from ctrlrun import ApprovalStatus, Control, DenyReason, EffectTemplateChanged
+from ctrlrun.config import load_policy_text
 from ctrlrun.kernel.event import EventType
 from ctrlrun.runtime.key_templates import accept_effect_template, effect_templates
 from support.policies import POLICY
@@ -20,12 +21,12 @@ REKEYED = POLICY.replace('effect: "refund:{payment_id}"', 'effect: "refund:{paym
 
 @pytest.fixture
 def before(store, clock):
-    return Control(Policy.from_yaml(POLICY), store, clock=clock)
+    return Control(load_policy_text(POLICY), store, clock=clock)
 
 
 @pytest.fixture
 def after(store, clock):
-    return Control(Policy.from_yaml(REKEYED), store, clock=clock)
+    return Control(load_policy_text(REKEYED), store, clock=clock)
 
 
 @pytest.fixture

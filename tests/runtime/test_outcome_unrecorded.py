@@ -9,7 +9,8 @@ from datetime import timedelta
 import pytest
 
 import ctrlrun
-from ctrlrun import AmbiguousEffect, Control, EffectState, OutcomeUnrecorded, Policy, StoreError
+from ctrlrun import AmbiguousEffect, Control, EffectState, OutcomeUnrecorded, StoreError
+from ctrlrun.config import load_policy_text
 from ctrlrun.postgres import PostgresStateStore
 from ctrlrun.testing import ManualClock
 from support.clocks import DEFAULT_START
@@ -19,7 +20,7 @@ from support.policies import POLICY
 def test_on_sqlite_a_locked_database_at_the_outcome_write(tmp_path):
     clock = ManualClock(DEFAULT_START)
     store = ctrlrun.SQLiteStateStore(tmp_path / "state.db", clock=clock, busy_timeout=0.1)
-    control = Control(Policy.from_yaml(POLICY), store, clock=clock, lease=timedelta(minutes=1))
+    control = Control(load_policy_text(POLICY), store, clock=clock, lease=timedelta(minutes=1))
     blocker = sqlite3.connect(tmp_path / "state.db", isolation_level=None)
 
     @ctrlrun.protect("stripe.refund", control=control)
@@ -37,7 +38,7 @@ def test_on_sqlite_a_locked_database_at_the_outcome_write(tmp_path):
 def test_on_postgres_a_cut_connection_that_cannot_come_back(pg_schema, pg_proxy):
     proxied = PostgresStateStore(pg_proxy.url, schema=pg_schema.schema)
     direct = PostgresStateStore(pg_schema.url, schema=pg_schema.schema)
-    control = Control(Policy.from_yaml(POLICY), proxied, lease=timedelta(seconds=1))
+    control = Control(load_policy_text(POLICY), proxied, lease=timedelta(seconds=1))
 
     @ctrlrun.protect("stripe.refund", control=control)
     def refund(payment_id: str, amount: int):
@@ -66,7 +67,7 @@ def assert_unrecorded(error, store, clock):
     assert "Do not retry" in error.for_model()
     assert store.get_effect("refund:pay_1").state is EffectState.EXECUTING  # still held
     clock.advance(timedelta(minutes=2))
-    control = Control(Policy.from_yaml(POLICY), store, clock=clock)
+    control = Control(load_policy_text(POLICY), store, clock=clock)
 
     @ctrlrun.protect("stripe.refund", control=control)
     def refund(payment_id: str, amount: int):

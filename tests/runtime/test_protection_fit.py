@@ -9,7 +9,8 @@ import os
 import pytest
 
 import ctrlrun
-from ctrlrun import Control, Policy, ProtectionMismatch
+from ctrlrun import Control, ProtectionMismatch
+from ctrlrun.config import load_policy_text
 
 MISFIT = """\
 schema: ctrlrun.policy/v1
@@ -43,7 +44,7 @@ EXPECTED = (
 
 @pytest.fixture
 def misfit(store, clock):
-    return Control(Policy.from_yaml(MISFIT), store, clock=clock)
+    return Control(load_policy_text(MISFIT), store, clock=clock)
 
 
 def test_a_misfit_is_refused_with_every_finding_and_nothing_written(misfit, store):

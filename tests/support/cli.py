@@ -15,6 +15,7 @@ from click.testing import CliRunner, Result
 
 import ctrlrun
 from ctrlrun.cli import main
+from ctrlrun.config import load_policy_text
 from ctrlrun.store.protocol import StartRequest
 from ctrlrun.testing import ManualClock
 from support.policies import POLICY
@@ -67,9 +68,7 @@ class Scene:
         self._url = url
         self._opener = opener
         self.store = (opener or self._sqlite)(self.clock)
-        self.control = ctrlrun.Control(
-            ctrlrun.Policy.from_yaml(POLICY), self.store, clock=self.clock
-        )
+        self.control = ctrlrun.Control(load_policy_text(POLICY), self.store, clock=self.clock)
         self.remote_calls: list[dict] = []
         self.fail_with: list[BaseException] = []
         self.during: list[Callable[[], None]] = []  # run inside the executor, mid-flight

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import ctrlrun
+from ctrlrun.config import load_policy_text
 from ctrlrun.console.auth import hash_password
 from support.policies import POLICY
 
@@ -34,7 +35,7 @@ class Agents:
         (root / ".ctrlrun").mkdir(exist_ok=True)
         self.path = root / ".ctrlrun" / "state.db"
         self.store = ctrlrun.SQLiteStateStore(self.path)
-        self.control = ctrlrun.Control(ctrlrun.Policy.from_yaml(policy), self.store)
+        self.control = ctrlrun.Control(load_policy_text(policy), self.store)
         self.calls: list[dict] = []
         self.fail_with: list[BaseException] = []
 

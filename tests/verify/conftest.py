@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ctrlrun import Policy
+from ctrlrun.config import load_policy_file
 from support.subprocess_env import bytecode_dir, subprocess_children
 
 __all__ = ["bytecode_dir", "subprocess_children"]
@@ -22,6 +23,6 @@ def policy(tmp_path):
     def load(text: str) -> Policy:
         path = tmp_path / "ctrlrun.yaml"
         path.write_text(text)
-        return Policy.from_file(path)
+        return load_policy_file(path)
 
     return load

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from ctrlrun.config import load_policy_text
 from ctrlrun.verify import GUARANTEES, ConfigRefused, Status, run
 from ctrlrun.verify.report import Result, VerifyReport
 from support.mutations import apply_mutation
@@ -138,9 +139,8 @@ def test_an_unknown_id_is_refused():
 
 
 def policy_of_nothing():
-    from ctrlrun import Policy
 
-    return Policy.from_yaml(NO_ACTIONS)
+    return load_policy_text(NO_ACTIONS)
 
 
 def test_verifys_own_error_is_exit_3(monkeypatch, policy):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ctrlrun import Policy
+from ctrlrun.config import load_policy_text
 from ctrlrun.kernel.policy import Decision
 from ctrlrun.verify import synthesis
 from ctrlrun.verify.synthesis import SynthesisError, solve, targets, variants
@@ -36,7 +36,7 @@ actions:
 
 @pytest.fixture
 def policy():
-    return Policy.from_yaml(POLICY)
+    return load_policy_text(POLICY)
 
 
 def test_targets_are_sorted_by_name_then_rule(policy):
@@ -95,7 +95,7 @@ def test_variants_differ_in_the_effect_key_and_stay_in_the_rule(policy):
 
 
 def test_a_key_fixed_by_the_rule_cannot_vary():
-    fixed = Policy.from_yaml(
+    fixed = load_policy_text(
         "schema: ctrlrun.policy/v1\nactions:\n  a.b:\n    effect: 'k:{x}'\n    rules:\n"
         "      - when: {x_eq: only}\n        decision: allow\n      - decision: deny\n"
     )
@@ -103,7 +103,7 @@ def test_a_key_fixed_by_the_rule_cannot_vary():
 
 
 def test_a_resource_placeholder_gets_a_resource():
-    doc = Policy.from_yaml(
+    doc = load_policy_text(
         "schema: ctrlrun.policy/v1\nactions:\n  a.b:\n    effect: 'k:{resource}'\n"
         "    decision: allow\n"
     )

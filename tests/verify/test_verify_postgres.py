@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from ctrlrun.cli import main
+from ctrlrun.config import load_policy_text
 from ctrlrun.conformance.store.backends import with_schema
 from ctrlrun.postgres import PostgresStateStore
 from support.pg_sql import objects_in, schemas_like
@@ -94,10 +95,9 @@ def test_a_guarantee_that_raises_is_an_error_and_its_schema_is_dropped(
 
 def test_a_run_ended_by_an_interrupt_still_drops_its_schema(pg_server, monkeypatch):
     import ctrlrun.verify.runner as runner
-    from ctrlrun import Policy
 
     broken = runner.Guarantee("G3", "duplicate effect refused", _breaking(KeyboardInterrupt()))
     monkeypatch.setattr(runner, "GUARANTEES", (broken,))
     with pytest.raises(KeyboardInterrupt):
-        runner.run(Policy.from_yaml(POLICY), store_url=pg_server.url)
+        runner.run(load_policy_text(POLICY), store_url=pg_server.url)
     assert schemas_like(pg_server, "ctrlrun_verify_") == []

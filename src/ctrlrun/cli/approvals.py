@@ -27,6 +27,7 @@ from ctrlrun.cli.common import (
     when,
     who,
 )
+from ctrlrun.config import load_policy_file
 from ctrlrun.kernel.approval import ApprovalRecord, ApprovalStatus
 from ctrlrun.kernel.event import EventType
 from ctrlrun.store.protocol import StateStore
@@ -172,11 +173,10 @@ def _signature(store: StateStore, approval_id: str, person: str, key: str | None
 
 
 def _approver_keys() -> dict[str, str]:
-    from ctrlrun.kernel.policy import Policy
     from ctrlrun.runtime.locate import policy_path
 
     path = policy_path()
-    return dict(Policy.from_file(path).approvers) if path.is_file() else {}
+    return dict(load_policy_file(path).approvers) if path.is_file() else {}
 
 
 @click.command()

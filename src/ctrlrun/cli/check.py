@@ -20,6 +20,7 @@ from typing import Any
 import click
 
 from ctrlrun.cli.common import Refusal, json_line, say, table
+from ctrlrun.config import load_policy_file
 from ctrlrun.kernel.policy import Policy
 from ctrlrun.kernel.protection import Finding, plan_protection
 from ctrlrun.runtime.locate import policy_path
@@ -34,7 +35,7 @@ def check(modules: tuple[str, ...], policy: str | None, as_json: bool) -> None:
     path = policy_path(policy)
     if not path.is_file():
         raise Refusal(f"no policy file at {path.absolute()} (give --policy or run `ctrlrun init`)")
-    loaded = Policy.from_file(path)
+    loaded = load_policy_file(path)
     rows: list[tuple[str, Finding]] = []
     count = 0
     for where, fn in _protected(modules):

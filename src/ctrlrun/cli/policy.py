@@ -16,7 +16,7 @@ from ctrlrun.cli.common import (
     table,
     when,
 )
-from ctrlrun.kernel.policy import Policy
+from ctrlrun.config import load_policy_file
 from ctrlrun.runtime.key_templates import accept_effect_template, effect_templates
 from ctrlrun.runtime.locate import policy_path
 
@@ -79,7 +79,7 @@ def _policy_template(action: str, policy: str | None) -> str:
     path = policy_path(policy)
     if not path.is_file():
         raise Refusal(f"no policy file at {path.absolute()}: give --template or --policy")
-    entry = Policy.from_file(path).entry(action)
+    entry = load_policy_file(path).entry(action)
     if entry is None or entry.effect is None:
         raise Refusal(f"the policy {path} gives {action} no effect template: give --template")
     return entry.effect.source

@@ -15,6 +15,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Final, TypeVar, cast
 
+from ctrlrun.config import load_policy_text
 from ctrlrun.display import command_line
 from ctrlrun.errors import (
     AmbiguousEffect,
@@ -25,7 +26,6 @@ from ctrlrun.errors import (
     NotExecuted,
 )
 from ctrlrun.kernel.effect import EffectState
-from ctrlrun.kernel.policy import Policy
 from ctrlrun.runtime.context import context, with_approval
 from ctrlrun.runtime.control import Control
 from ctrlrun.runtime.protect import protect
@@ -102,7 +102,7 @@ class Stage:
     def __init__(self, path: Path, echo: Echo) -> None:
         self.path = path
         self.echo = echo
-        self.policy = Policy.from_yaml(DEMO_POLICY)
+        self.policy = load_policy_text(DEMO_POLICY)
         self.clock = ScenarioClock()
         # The demo's evidence need not survive a power cut; skipping the fsync per commit
         # keeps the run well under a second. The guarantees shown do not depend on it.

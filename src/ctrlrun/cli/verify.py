@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 import click
 
 from ctrlrun.cli.common import error_text, say_lines
+from ctrlrun.config import load_policy_file
 from ctrlrun.display import escape_text
 from ctrlrun.errors import CtrlrunError
 
@@ -40,7 +41,6 @@ def _progress(guarantee: Any, result: Any) -> None:
 
 
 def _load(policy: str | None) -> Any:
-    from ctrlrun.kernel.policy import Policy
     from ctrlrun.runtime.locate import policy_path
 
     path = policy_path(policy)
@@ -49,7 +49,7 @@ def _load(policy: str | None) -> Any:
             f"no policy file at {path} (give --policy, set CTRLRUN_CONFIG, or run where"
             " ctrlrun.yaml is)"
         )
-    return Policy.from_file(path)
+    return load_policy_file(path)
 
 
 @click.command("verify")

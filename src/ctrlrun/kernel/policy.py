@@ -6,13 +6,12 @@ non-integer, an equality across JSON types) denies the whole call at that rule r
 being skipped, because skipping a deny rule could fall through to an allow. There is no
 default-allow anywhere. Only the action's name and arguments are read, never the principal.
 
-This module imports no parser: ``Policy.from_yaml`` and ``Policy.from_file`` import
-``ctrlrun.config`` when called.
+This module imports no parser: YAML is read by ``ctrlrun.config`` (``load_policy_text``,
+``load_policy_file``), which validates the parsed document with ``Policy.from_data``.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -314,20 +313,6 @@ class Policy:
             )
         except InvalidArgument as error:  # text with no canonical form (a lone surrogate)
             raise policy_error(error.message, source=source) from error
-
-    @classmethod
-    def from_yaml(cls, text: str, *, source: str | None = None) -> Policy:
-        """Parse and validate YAML text. Raises ``PolicyError`` and nothing else."""
-        from ctrlrun.config import load_policy_text
-
-        return load_policy_text(text, source=source)
-
-    @classmethod
-    def from_file(cls, path: str | os.PathLike[str]) -> Policy:
-        """Read, parse and validate a policy file. Raises ``PolicyError`` and nothing else."""
-        from ctrlrun.config import load_policy_file
-
-        return load_policy_file(path)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Policy) and other._hash == self._hash

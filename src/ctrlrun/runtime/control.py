@@ -138,10 +138,11 @@ class Control:
         ``$CTRLRUN_STORE_URL`` or ``.ctrlrun/state.db`` beside the policy. The store must
         exist (``ctrlrun init`` creates it) unless ``create=True``: a missing or empty one is
         ``StoreNotFound``, never silently recreated."""
+        from ctrlrun.config import load_policy_file  # YAML loads with the first policy file
         from ctrlrun.runtime.locate import open_default_store, policy_path
 
         found = policy_path(path)
-        policy = Policy.from_file(found)
+        policy = load_policy_file(found)
         store = kwargs.pop("store", None) or open_default_store(found, create=create)
         control = cls(policy, store, **kwargs)
         control._source = PolicySource(found, policy)

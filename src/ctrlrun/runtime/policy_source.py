@@ -55,7 +55,9 @@ class PolicySource:
 
     def _reload(self, now: Signature) -> None:
         try:
-            policy = Policy.from_file(self.path)
+            from ctrlrun.config import load_policy_file  # YAML loads with the first file read
+
+            policy = load_policy_file(self.path)
         except PolicyError as exc:
             self.error = exc
             log.error(

@@ -1,9 +1,9 @@
 """``ctrlrun verify``: run the guarantees against *this* policy, in scratch stores.
 
-    from ctrlrun import Policy
+    from ctrlrun.config import load_policy_file
     from ctrlrun.verify import run
 
-    report = run(Policy.from_file("ctrlrun.yaml"))
+    report = run(load_policy_file("ctrlrun.yaml"))
     print(report.to_text())          # Gn  name  PASS|FAIL|N/A  action (detail)
     raise SystemExit(report.exit_code)
 

@@ -186,8 +186,10 @@ class TestCancellation:
         reserved, resume = threading.Event(), threading.Event()
 
         class PausedAfterReserving(Control):
-            def _begin(self, action, spec):  # a pause point between the two transactions
-                begun = super()._begin(action, spec)
+            def _begin(
+                self, action, spec, policy=None
+            ):  # a pause point between the two transactions
+                begun = super()._begin(action, spec, policy)
                 reserved.set()
                 resume.wait(10)
                 return begun
@@ -202,7 +204,7 @@ class TestCancellation:
         async def main():
             with ctrlrun.context(*BOT):
                 task = asyncio.ensure_future(send("a@example.com", "hi"))
-            await anyio.to_thread.run_sync(reserved.wait)
+            assert await anyio.to_thread.run_sync(reserved.wait, 10)
             task.cancel()
             resume.set()
             with pytest.raises(asyncio.CancelledError):

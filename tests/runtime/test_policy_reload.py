@@ -3,6 +3,7 @@ that no longer loads denies every call (logged) until the file loads again."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 
@@ -108,3 +109,52 @@ def test_the_async_path_reloads_as_well(project):
             return denied.value.reason
 
     assert asyncio.run(main()) is DenyReason.POLICY_UNLOADABLE
+
+
+class EditsMidCall(ctrlrun.Control):
+    """Rewrites the policy file right after ``protect`` has read it for a call (in the
+    protection check, between building the action and deciding it): the edit must apply
+    from the next call, never halfway through this one."""
+
+    path = None
+
+    def check_protection(self, *args, **kwargs):
+        super().check_protection(*args, **kwargs)
+        if self.path is not None:
+            edit(self.path, DENY)
+            self.path = None
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_one_policy_decides_the_whole_call(tmp_path, monkeypatch, kind):
+    monkeypatch.delenv("CTRLRUN_STORE_URL", raising=False)
+    path = tmp_path / "ctrlrun.yaml"
+    path.write_text(ALLOW)
+    control = EditsMidCall.from_file(str(path), create=True)
+    allow_hash = control.policy.policy_hash
+
+    if kind == "sync":
+
+        @ctrlrun.protect("crm.read", control=control)
+        def read(customer: str):
+            return customer
+
+        call = read
+    else:
+
+        @ctrlrun.protect("crm.read", control=control)
+        async def aread(customer: str):
+            return customer
+
+        def call(customer):
+            return asyncio.run(aread(customer))
+
+    control.path = path
+    with ctrlrun.context("bot"):
+        assert call("c1") == "c1"  # decided by the policy the action was built under
+        with pytest.raises(ActionDenied):
+            call("c2")  # the edit applies from the next call
+    receipts = control.store.receipts()
+    assert receipts[0]["policy_hash"] == allow_hash
+    assert receipts[1]["policy_hash"] != allow_hash
+    control.store.close()

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from ctrlrun.kernel.action import Action
+    from ctrlrun.kernel.policy import Policy
     from ctrlrun.kernel.receipt import Receipt
     from ctrlrun.runtime.call import CallSpec, InFlight
     from ctrlrun.runtime.control import Control
@@ -42,13 +43,16 @@ T = TypeVar("T")
 
 
 async def run_async(
-    control: Control, action: Action, executor: Callable[..., Any], spec: CallSpec
+    control: Control,
+    action: Action,
+    executor: Callable[..., Any],
+    spec: CallSpec,
+    policy: Policy | None = None,
 ) -> tuple[Any, Receipt]:
     """``control.run`` for async callers; see the module docstring for the contract."""
+    hooks = _blocking_hooks(spec, anyio.lowlevel.current_token())
     try:
-        call, started = await _offload(
-            control, control._begin, action, _blocking_hooks(spec, anyio.lowlevel.current_token())
-        )
+        call, started = await _offload(control, control._begin, action, hooks, policy)
         await anyio.lowlevel.checkpoint()
     except _Interrupted as stop:  # cancelled while reserving: the executor never ran
         if stop.done:

@@ -12,7 +12,7 @@ from ctrlrun.errors import ActionDenied, InvalidArgument, OutcomeUnrecorded, Ref
 from ctrlrun.kernel.action import Action
 from ctrlrun.kernel.effect import EffectState
 from ctrlrun.kernel.event import EventDraft, EventType
-from ctrlrun.kernel.policy import ActionPolicy
+from ctrlrun.kernel.policy import ActionPolicy, Policy
 from ctrlrun.kernel.receipt import ReceiptDraft, ReceiptResult
 from ctrlrun.kernel.template import Template
 from ctrlrun.kernel.text import check_label
@@ -43,6 +43,7 @@ class InFlight:
     effect_key: str | None
     started_at: datetime
     pre: tuple[EventDraft, ...]
+    policy: Policy  # the one policy that decides this call
 
 
 def check_size(action: Action, limit: int) -> None:

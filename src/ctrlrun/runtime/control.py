@@ -211,12 +211,19 @@ class Control:
         return self.run(action, executor, spec)[1]
 
     def run(
-        self, action: Action, executor: Callable[..., Any], spec: CallSpec
+        self,
+        action: Action,
+        executor: Callable[..., Any],
+        spec: CallSpec,
+        *,
+        policy: Policy | None = None,
     ) -> tuple[Any, Receipt]:
         """The pipeline; returns the executor's value and the receipt. ``executor`` must be a
-        plain function: one that returns an awaitable is refused (use ``arun``)."""
+        plain function: one that returns an awaitable is refused (use ``arun``). ``policy``
+        is the one the action was built under (``protect`` passes its own): one policy
+        decides the whole call; by default it is ``refresh_policy()`` now."""
         with traced(self.tracer, action):
-            call, started = self._begin(action, spec)
+            call, started = self._begin(action, spec, policy)
             return self._execute(call, executor, started)
 
     async def aexecute(
@@ -236,7 +243,12 @@ class Control:
         return (await self.arun(action, executor, spec))[1]
 
     async def arun(
-        self, action: Action, executor: Callable[..., Any], spec: CallSpec
+        self,
+        action: Action,
+        executor: Callable[..., Any],
+        spec: CallSpec,
+        *,
+        policy: Policy | None = None,
     ) -> tuple[Any, Receipt]:
         """``run`` for async code. Store work runs on worker threads behind this Control's own
         limiter (``async_workers``); the outcome is recorded even when the call is cancelled,
@@ -244,7 +256,7 @@ class Control:
         from ctrlrun.runtime.aio import run_async
 
         with traced(self.tracer, action):
-            return await run_async(self, action, executor, spec)
+            return await run_async(self, action, executor, spec, policy)
 
     def check_protection(
         self,
@@ -253,14 +265,17 @@ class Control:
         *,
         effect: Template | None = None,
         resource: Template | None = None,
+        policy: Policy | None = None,
     ) -> None:
-        """``ProtectionMismatch`` (with every finding) if the current policy names arguments
-        that a function protected as ``name`` with ``parameters`` (and its own ``effect`` and
-        ``resource`` templates) lacks. Decided once per policy and function shape."""
-        key = (self.policy.policy_hash, name, parameters, effect, resource)
+        """``ProtectionMismatch`` (with every finding) if ``policy`` (by default the current
+        one) names arguments that a function protected as ``name`` with ``parameters`` (and
+        its own ``effect`` and ``resource`` templates) lacks. Decided once per policy and
+        function shape."""
+        policy = policy or self.policy
+        key = (policy.policy_hash, name, parameters, effect, resource)
         misfits = self._fits.get(key)
         if misfits is None:
-            found = plan_protection(self.policy, name, parameters, effect=effect, resource=resource)
+            found = plan_protection(policy, name, parameters, effect=effect, resource=resource)
             misfits = tuple(str(f) for f in found if f.kind is FindingKind.MISSING_PARAMETER)
             self._fits[key] = misfits
         if misfits:
@@ -280,25 +295,24 @@ class Control:
 
     # --- normalize and decide -------------------------------------------------------------
 
-    def _begin(self, action: Action, spec: CallSpec) -> tuple[InFlight, Started]:
+    def _begin(
+        self, action: Action, spec: CallSpec, policy: Policy | None = None
+    ) -> tuple[InFlight, Started]:
         """Every step before the executor: normalize, decide, ask for approval, reserve (the
-        first transaction). Raises the refusal, recorded with its receipt."""
+        first transaction), all under one policy (a file re-read by another thread meanwhile
+        applies from the next call). Raises the refusal, recorded with its receipt."""
         check_size(action, self.max_argument_bytes)
-        self.refresh_policy()
-        action = normalized(self.policy, action)
+        policy = policy or self.refresh_policy()
+        action = normalized(policy, action)
         started_at = self._clock()
-        entry = self.policy.entry(action.name)
-        key = self._effect_key(action, entry, spec, started_at)
-        evaluation = self.policy.evaluate(action)
+        entry = policy.entry(action.name)
+        key = self._effect_key(action, policy, entry, spec, started_at)
+        evaluation = policy.evaluate(action)
         verdict = Verdict(
-            str(evaluation.decision),
-            evaluation.label,
-            self.policy.policy_hash,
-            evaluation.controls,
+            str(evaluation.decision), evaluation.label, policy.policy_hash, evaluation.controls
         )
-        call = InFlight(
-            action, verdict, key, started_at, (proposed(action), evaluated(action, verdict, key))
-        )
+        pre = (proposed(action), evaluated(action, verdict, key))
+        call = InFlight(action, verdict, key, started_at, pre, policy)
         if evaluation.decision is Decision.DENY:
             denied = ActionDenied(
                 f"{action.name}: denied ({evaluation.label})",
@@ -313,7 +327,12 @@ class Control:
         return call, self._start(call, approval_id, entry, spec)
 
     def _effect_key(
-        self, action: Action, entry: ActionPolicy | None, spec: CallSpec, now: datetime
+        self,
+        action: Action,
+        policy: Policy,
+        entry: ActionPolicy | None,
+        spec: CallSpec,
+        now: datetime,
     ) -> str | None:
         if spec.effect_key is not None:
             return check_label(spec.effect_key, "effect_key")
@@ -326,8 +345,8 @@ class Control:
         except EffectKeyError as exc:
             exc.action_id = action.action_id
             cited = entry.controls if entry is not None else ()
-            verdict = Verdict("deny", "effect_key_error", self.policy.policy_hash, cited)
-            call = InFlight(action, verdict, None, now, (proposed(action),))
+            verdict = Verdict("deny", "effect_key_error", policy.policy_hash, cited)
+            call = InFlight(action, verdict, None, now, (proposed(action),), policy)
             self._refuse(call, exc, ReceiptResult.DENIED, denied_event(call, exc))
 
     def _approval_for(self, call: InFlight, entry: ActionPolicy | None, spec: CallSpec) -> str:
@@ -365,7 +384,7 @@ class Control:
             )
         verdict = Verdict("approve", evaluation.label, policy.policy_hash, evaluation.controls)
         pre = (proposed(action), evaluated(action, verdict, None))
-        call = InFlight(action, verdict, None, self._clock(), pre)
+        call = InFlight(action, verdict, None, self._clock(), pre, policy)
         entry = policy.entry(action.name)
         return self._ask(call, entry.approval if entry is not None else DEFAULT_RULES)
 
@@ -392,7 +411,7 @@ class Control:
             ttl=rules.ttl or self.approval_ttl,
             required=rules.count,
             excluded=requesters(action) if rules.distinct_from_requester else (),
-            notify=self.policy.notify,
+            notify=call.policy.notify,
             summary=summarize(call.action),
         )
         record = self.store.put_approval_request(draft, call.pre)
@@ -416,7 +435,7 @@ class Control:
             policy_hash=call.verdict.policy_hash if approval_id is not None else None,
             approvals_required=rules.count,
             approvers_excluded=excluded,
-            approver_keys=self.policy.approvers or None,
+            approver_keys=call.policy.approvers or None,
             max_attempts=entry.max_attempts if entry is not None else None,
             events=call.pre,
             action_name=call.action.name,

@@ -22,6 +22,7 @@ from typing import Any, ParamSpec, TypeVar
 from ctrlrun._time import check_positive
 from ctrlrun.errors import ActionDenied, DenyReason, InvalidArgument
 from ctrlrun.kernel.action import Action, Principal, check_action_name
+from ctrlrun.kernel.policy import Policy
 from ctrlrun.kernel.template import RESOURCE, Template
 from ctrlrun.runtime.call import CallSpec
 from ctrlrun.runtime.context import current_principal
@@ -94,22 +95,24 @@ def protect(
         own = frozenset(signature.parameters) - skip  # the action's own parameters
         spec = CallSpec(effect=effect_t, lease=lease, reconcile=reconcile)  # the same per call
 
-        def prepare(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Control, Action, Any]:
+        def prepare(
+            args: tuple[Any, ...], kwargs: dict[str, Any]
+        ) -> tuple[Control, Action, Any, Policy]:
             principal = _principal(name)
             arguments = bind(args, kwargs)
             given = {key: arguments.pop(key) for key in skip if key in arguments}
             ctl = control or default_control()
             policy = ctl.refresh_policy()  # an edited policy file applies from this call on
-            ctl.check_protection(name, own, effect=effect_t, resource=resource_t)
+            ctl.check_protection(name, own, effect=effect_t, resource=resource_t, policy=policy)
             action = build_action(policy, name, arguments, principal, resource=resource_t)
-            return ctl, action, functools.partial(fn, **given) if given else fn
+            return ctl, action, functools.partial(fn, **given) if given else fn, policy
 
         if is_async:
 
             @functools.wraps(fn)
             async def aprotected(*args: Any, **kwargs: Any) -> Any:
-                ctl, action, executor = prepare(args, kwargs)
-                value, _ = await ctl.arun(action, executor, spec)
+                ctl, action, executor, policy = prepare(args, kwargs)
+                value, _ = await ctl.arun(action, executor, spec, policy=policy)
                 return value
 
             aprotected.__ctrlrun_action__ = name  # type: ignore[attr-defined]
@@ -119,8 +122,8 @@ def protect(
 
         @functools.wraps(fn)
         def protected(*args: P.args, **kwargs: P.kwargs) -> R:
-            ctl, action, executor = prepare(args, kwargs)
-            value, _ = ctl.run(action, executor, spec)
+            ctl, action, executor, policy = prepare(args, kwargs)
+            value, _ = ctl.run(action, executor, spec, policy=policy)
             return value  # type: ignore[no-any-return]
 
         protected.__ctrlrun_action__ = name  # type: ignore[attr-defined]

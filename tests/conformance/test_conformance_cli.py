@@ -20,8 +20,8 @@ def test_a_passing_run_exits_0_with_progress_and_report(tmp_path):
     url = f"sqlite://{tmp_path / 'state.db'}"
     result = conformance("--store-url", url, "--only", "leases,retry-table", "--progress")
     assert result.exit_code == 0, result.output
-    assert result.stdout.splitlines()[-1] == "3/3 applicable cases pass — ok"
-    assert "[ 1/3] reservation/retry-table … PASS" in result.stderr
+    assert result.stdout.splitlines()[-1] == "4/4 applicable cases pass — ok"
+    assert "[ 1/4] reservation/retry-table … PASS" in result.stderr
     assert list(tmp_path.iterdir()) == []  # scratch directories removed; state.db never made
     quiet = conformance("--store-url", url, "--only", "retry-table")
     assert quiet.stderr == ""  # not a terminal, not asked: no progress

@@ -62,6 +62,7 @@ def test_selection_by_case_suite_or_path():
     assert [r.case for r in run(SQLiteBackend(), only=["leases"]).results] == [
         "expired-lease-ambiguous",
         "reads-never-transition",
+        "close-is-not-a-fence",
     ]
     report = run(SQLiteBackend(), only=["evidence/receipt-chain", "transitions"])
     assert [r.case for r in report.results] == ["transitions", "receipt-chain"]

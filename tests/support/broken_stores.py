@@ -4,6 +4,7 @@ case and reason that must catch it."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from typing import Any
 
@@ -324,3 +325,89 @@ class NumbersReceiptsFromZero(Delegate):
 
     def record(self, events, receipt=None):
         return _from_zero(self.inner.record(events, receipt))
+
+
+# --- two-phase-start, answers, listing, reuse, ambiguous-settles, close, evidence ----------
+
+
+class BeginsTwice(Delegate):
+    """Lets ``begin_execution`` move an attempt that is already executing."""
+
+    def begin_execution(self, effect_key, action_id, attempt):
+        record = self.inner.get_effect(effect_key)
+        if record is not None and record.state is EffectState.EXECUTING:
+            return record
+        return self.inner.begin_execution(effect_key, action_id, attempt)
+
+
+class AcceptsAnyApproverName(Delegate):
+    """Folds a line break in an approver's name into a space instead of refusing it."""
+
+    def grant_approval(self, approval_id, approver, *args, **kwargs):
+        return self.inner.grant_approval(approval_id, approver.replace("\n", " "), *args, **kwargs)
+
+
+class ListsOnlyPending(Delegate):
+    """Lists only pending requests when asked for all of them."""
+
+    def list_approvals(self, status=None):
+        return self.inner.list_approvals(status or ApprovalStatus.PENDING)
+
+
+class ForgetsPendingRequests(Delegate):
+    """Never finds the pending request, so an identical one is recorded again."""
+
+    def put_approval_request(self, draft, events=()):
+        unique = replace(draft, policy_hash=f"{draft.policy_hash}:{draft.approval_id}")
+        return self.inner.put_approval_request(unique, events)
+
+
+class DropsResultsThatAreNotJson(Delegate):
+    """Records a result it cannot encode as no result at all."""
+
+    def finish_action(self, request):
+        try:
+            json.dumps(request.result)
+        except TypeError:
+            request = replace(request, result=None)
+        return self.inner.finish_action(request)
+
+
+class FencesOnClose(Delegate):
+    """Stops answering once closed."""
+
+    closed = False
+
+    def close(self):
+        self.closed = True
+        self.inner.close()
+
+    def get_effect(self, key):
+        return None if self.closed else self.inner.get_effect(key)
+
+
+class ReservesInTwoTransactions(Delegate):
+    """Spends a write transaction of its own before each reservation."""
+
+    def start_action(self, request):
+        self.inner.transact(lambda txn: None)
+        return self.inner.start_action(request)
+
+
+class CommitsWhatRaised(Delegate):
+    """Commits the work of ``transact`` even when it raises (then re-raises)."""
+
+    def transact(self, work):
+        caught = []
+
+        def keep(txn):
+            try:
+                return work(txn)
+            except Exception as exc:  # kept, and raised after the COMMIT
+                caught.append(exc)
+                return None
+
+        result = self.inner.transact(keep)
+        if caught:
+            raise caught[0]
+        return result

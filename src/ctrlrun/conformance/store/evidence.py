@@ -9,8 +9,9 @@ from ctrlrun.canonical import GENESIS_HASH, sha256_hex
 from ctrlrun.kernel.effect import EffectState
 from ctrlrun.kernel.event import EventDraft, EventType
 from ctrlrun.kernel.receipt import BreakKind, Receipt, StoredReceipt, verify_chain
+from ctrlrun.store.ops.evidence import append_events_in_txn
 
-from .framework import Case, CaseContext, check, finish, receipt_for, start
+from .framework import Case, CaseContext, CaseFailed, check, finish, receipt_for, start
 
 PAYLOAD: Final[dict[str, Any]] = {
     "text": 'ünïcødé ✓ "quoted"',
@@ -100,7 +101,52 @@ def events_in_order(ctx: CaseContext) -> str:
     return f"{len(whole)} events in order, ids stable and increasing, payloads exact"
 
 
+def two_transactions(ctx: CaseContext) -> str:
+    """A protected call's happy path costs two write transactions (the reservation, then
+    the outcome with its events and receipt), counted by ``write_transactions``."""
+    store = ctx.scratch.open()
+    before = store.write_transactions
+    start(store, ctx.key(), ctx.action())
+    finish(store, ctx.key(), ctx.action(), 1, EffectState.COMMITTED)
+    spent = store.write_transactions - before
+    check(spent == 2, f"a protected call cost {spent} write transactions, expected 2")
+    return "start + finish = 2 write transactions"
+
+
+class _Boom(Exception):
+    """Raised inside ``transact`` to roll its work back."""
+
+
+def transact_atomic(ctx: CaseContext) -> str:
+    """``transact`` (the extension point durable work builds on) commits its work, which a
+    later ``read`` sees; work that raises is rolled back whole and the exception propagates."""
+    store = ctx.scratch.open()
+    kept, dropped = ctx.action("kept"), ctx.action("dropped")
+    store.transact(lambda txn: append_events_in_txn(txn, [_proposed(kept)]))
+    rows = store.read(lambda txn: txn.all("event_list", {}))
+    check([r["action_id"] for r in rows] == [kept], f"read after transact saw {len(rows)} rows")
+
+    def fails(txn: Any) -> None:
+        append_events_in_txn(txn, [_proposed(dropped)])
+        raise _Boom
+
+    try:
+        store.transact(fails)
+    except _Boom:
+        pass
+    else:
+        raise CaseFailed("transact swallowed the work's exception")
+    check(store.events(dropped) == (), "work that raised was committed in part")
+    return "committed work is read back; work that raised left nothing"
+
+
+def _proposed(action_id: str) -> EventDraft:
+    return EventDraft(EventType.ACTION_PROPOSED, action_id)
+
+
 CASES: Final = (
     Case.of("evidence", "receipt-chain", receipt_chain),
     Case.of("evidence", "events-in-order", events_in_order),
+    Case.of("evidence", "two-transactions", two_transactions),
+    Case.of("evidence", "transact-atomic", transact_atomic),
 )

@@ -99,7 +99,28 @@ def reads_never_transition(ctx: CaseContext) -> str:
     return "every read left the lapsed record EXECUTING; a contender then found it"
 
 
+def close_is_not_a_fence(ctx: CaseContext) -> str:
+    """``close`` releases the handle's connections but fences nothing: the same handle then
+    reads the live record and still refuses a contender for its key."""
+    store = ctx.scratch.open()
+    start(store, ctx.key(), ctx.action())
+    store.close()
+    record = store.get_effect(ctx.key())
+    check(
+        record is not None and record.state is EffectState.EXECUTING,
+        f"after close the record reads as {record}",
+    )
+    expect_refusal(
+        "contend after close",
+        partial(start, store, ctx.key(), ctx.action("after-close")),
+        DuplicateEffect,
+        state="in_progress",
+    )
+    return "closed handle reconnects; the live key still refuses"
+
+
 CASES: Final = (
     Case.of("leases", "expired-lease-ambiguous", expired_lease_ambiguous),
     Case.of("leases", "reads-never-transition", reads_never_transition),
+    Case.of("leases", "close-is-not-a-fence", close_is_not_a_fence),
 )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from functools import partial
 from typing import Final
 
@@ -228,9 +229,52 @@ def store_error_not_failed(ctx: CaseContext) -> str:
     return "failed finishes changed nothing; valid ones were recorded"
 
 
+def ambiguous_settles(ctx: CaseContext) -> str:
+    """AMBIGUOUS is recorded over a RESERVED record (interrupted before executing) and over
+    a record already made AMBIGUOUS by a contender (idempotent, still refusing); a renewal of
+    a FAILED key clears the old error; a result that is not JSON is kept as its repr, never
+    lost and never failing the outcome."""
+    store = ctx.scratch.open(ctx.clock)
+    start(store, ctx.key("reserved"), ctx.action("reserved"), execute=False)
+    finish(store, ctx.key("reserved"), ctx.action("reserved"), 1, EffectState.AMBIGUOUS)
+    check(state_of(store, ctx.key("reserved")) == "ambiguous", "RESERVED did not settle")
+    lapsed = ctx.key("lapsed")
+    start(store, lapsed, ctx.action("holder"), lease=timedelta(seconds=1))
+    ctx.clock.advance(timedelta(minutes=1))
+    contend = partial(start, store, lapsed, ctx.action("contender"))
+    expect_refusal("contend after the lease lapsed", contend, AmbiguousEffect)
+    finish(store, lapsed, ctx.action("holder"), 1, EffectState.AMBIGUOUS)
+    check(state_of(store, lapsed) == "ambiguous", "an AMBIGUOUS record did not stay so")
+    expect_refusal("contend again", contend, AmbiguousEffect)
+    settle(store, ctx.key("failed"), ctx.action("failed"), EffectState.FAILED)
+    start(store, ctx.key("failed"), ctx.action("renewal"))
+    renewed = store.get_effect(ctx.key("failed"))
+    check(renewed is not None and renewed.error is None, "a renewal kept the old error")
+    start(store, ctx.key("repr"), ctx.action("repr"))
+    store.finish_action(_finish_with(ctx, ctx.key("repr"), ctx.action("repr"), object()))
+    kept = store.get_effect(ctx.key("repr"))
+    check(
+        kept is not None and kept.state is EffectState.COMMITTED and "repr" in (kept.result or {}),
+        f"a result that is not JSON was not kept as its repr: {kept}",
+    )
+    return "AMBIGUOUS over RESERVED and over AMBIGUOUS; renewal clears the error; repr kept"
+
+
+def _finish_with(ctx: CaseContext, key: str, action: str, result: object) -> FinishRequest:
+    return FinishRequest(
+        action_id=action,
+        receipt=receipt_for(action, "committed", key),
+        effect_key=key,
+        attempt=1,
+        outcome=EffectState.COMMITTED,
+        result=result,
+    )
+
+
 CASES: Final = (
     Case.of("outcomes", "transitions", transitions),
     Case.of("outcomes", "no-failed-on-refusal", no_failed_on_refusal),
     Case.of("outcomes", "no-not-executed", no_not_executed),
     Case.of("outcomes", "store-error-not-failed", store_error_not_failed),
+    Case.of("outcomes", "ambiguous-settles", ambiguous_settles),
 )

@@ -3,12 +3,20 @@ row of the retry table."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from functools import partial
 from typing import Final
 
-from ctrlrun.errors import ActionDenied, AmbiguousEffect, DenyReason, DuplicateEffect
+from ctrlrun.errors import (
+    ActionDenied,
+    AmbiguousEffect,
+    DenyReason,
+    DuplicateEffect,
+    InvalidArgument,
+)
 from ctrlrun.kernel.effect import EffectState
-from ctrlrun.store.protocol import Started, StateStore
+from ctrlrun.kernel.event import EventDraft, EventType
+from ctrlrun.store.protocol import Started, StartRequest, StateStore
 
 from .contention import race_processes, race_threads
 from .framework import (
@@ -158,8 +166,51 @@ def _renewal_rows(ctx: CaseContext, store: StateStore) -> None:
     )
 
 
+def two_phase_start(ctx: CaseContext) -> str:
+    """A reservation is attempt 1 leased until the store's clock plus the lease; one made
+    without executing is RESERVED until ``begin_execution`` moves it to EXECUTING, once (a
+    second move is refused, ``InvalidArgument``); a refused reservation appends none of the
+    caller's events."""
+    store = ctx.scratch.open(ctx.clock)
+    lease = timedelta(minutes=3)
+    granted = start(store, ctx.key(), ctx.action(), lease=lease, execute=False)
+    record = store.get_effect(ctx.key())
+    expected = (EffectState.RESERVED, 1, ctx.clock() + lease)
+    check(
+        granted.reservation is not None
+        and record is not None
+        and (record.state, record.attempt, record.lease_expires_at) == expected,
+        f"a reservation without executing is {record}, expected RESERVED attempt 1 leased"
+        f" until {expected[2]}",
+    )
+    moved = store.begin_execution(ctx.key(), ctx.action(), 1)
+    check(moved.state is EffectState.EXECUTING, f"begin_execution left {moved.state}")
+    again = partial(store.begin_execution, ctx.key(), ctx.action(), 1)
+    expect_refusal("begin the same attempt twice", again, InvalidArgument)
+    before = len(store.events())
+    mine = (EventDraft(EventType.ACTION_PROPOSED, ctx.action("late")),)
+    expect_refusal(
+        "reserve a live key with the caller's events",
+        lambda: store.start_action(_request(ctx, mine)),
+        DuplicateEffect,
+        state=IN_PROGRESS,
+    )
+    check(len(store.events()) == before, "a refused reservation appended events")
+    return "RESERVED → EXECUTING once; lease from the store's clock; refusal wrote no events"
+
+
+def _request(ctx: CaseContext, events: tuple[EventDraft, ...]) -> StartRequest:
+    return StartRequest(
+        action_id=ctx.action("late"),
+        effect_key=ctx.key(),
+        lease=timedelta(minutes=5),
+        events=events,
+    )
+
+
 CASES: Final = (
     Case.of("reservation", "one-winner-in-process", one_winner_in_process),
     Case.of("reservation", "one-winner-cross-process", one_winner_cross_process),
     Case.of("reservation", "retry-table", retry_table),
+    Case.of("reservation", "two-phase-start", two_phase_start),
 )

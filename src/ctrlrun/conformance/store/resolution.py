@@ -98,13 +98,19 @@ def only_that_attempt(ctx: CaseContext) -> str:
 
 def resolver_recorded(ctx: CaseContext) -> str:
     """``resolved_by`` is returned, stored and evented (``EFFECT_RESOLVED`` naming the
-    resolver and ``by``); an unresolved record has none; a renewal clears it."""
+    resolver and ``by``); a FAILED verdict's error names the resolver and keeps the error it
+    replaced; an unresolved record has none; a renewal clears it."""
     store = ctx.scratch.open()
     for name in ("resolved", "unresolved"):
         settle(store, ctx.key(name), ctx.action(name), EffectState.AMBIGUOUS)
     returned = store.resolve_effect(ctx.key("resolved"), EffectState.FAILED, RESOLVER, by="human")
     stored = store.get_effect(ctx.key("resolved"))
     check(returned.resolved_by == RESOLVER, f"resolve returned resolved_by={returned.resolved_by}")
+    error = returned.error or ""
+    check(
+        RESOLVER in error and "conformance: ambiguous" in error,
+        f"a FAILED verdict's error does not name the resolver and the old error: {error!r}",
+    )
     check(
         stored is not None and stored.resolved_by == RESOLVER,
         f"the stored record has resolved_by={stored.resolved_by if stored else None}",

@@ -15,6 +15,7 @@ from . import (
     leases,
     migrations,
     outcomes,
+    requests,
     reservation,
     resolution,
 )
@@ -25,6 +26,7 @@ from .report import CaseResult, Report, Status
 CASES: Final[tuple[Case, ...]] = (
     *reservation.CASES,
     *approvals.CASES,
+    *requests.CASES,
     *outcomes.CASES,
     *resolution.CASES,
     *leases.CASES,

@@ -9,8 +9,10 @@ gapped or divergent is refused naming both sides.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Protocol
 
 from ctrlrun.errors import SchemaMismatch
 
@@ -91,3 +93,70 @@ def refuse_unless_current(
             known=tuple(known),
             running=running,
         )
+
+
+class History(Protocol):
+    """One dialect's schema history on one connection: the only seam of ``migrate_forward``."""
+
+    where: str  # how refusals name the store
+
+    def applied(self) -> tuple[str, ...]:
+        """The migrations recorded, in order; empty when there is no history table."""
+        ...
+
+    def foreign_tables(self) -> list[str]:
+        """Tables other than the history table (a non-empty list with no history refuses)."""
+        ...
+
+    def locked(self) -> AbstractContextManager[None]:
+        """One migration's transaction, holding the history's lock once the table exists;
+        committed when the block ends, rolled back when it raises."""
+        ...
+
+    def apply(self, migration_id: str, sql: str) -> None:
+        """Run ``sql`` and record ``migration_id`` (creating the history table first if
+        absent), inside the current transaction."""
+        ...
+
+    def raced(self, error: BaseException) -> bool:
+        """True (and logged) when ``error`` is a concurrent first start that created the
+        history first: the migrations are classified once more."""
+        ...
+
+
+def migrate_forward(history: History, migrations: Sequence[tuple[str, str]], running: str) -> None:
+    """Apply what is missing, one transaction per migration, each classifying the history
+    again under its lock, so concurrent openers apply each migration once. A database this
+    binary must not touch, or one holding other tables and no history, is refused
+    (``SchemaMismatch``) before anything is written."""
+    known = tuple(migration_id for migration_id, _ in migrations)
+    for last_pass in (False, True):
+        try:
+            for migration_id, sql in migrations:
+                with history.locked():
+                    if _pending(history, known, running, migration_id):
+                        history.apply(migration_id, sql)
+            return
+        except Exception as error:
+            if last_pass or not history.raced(error):
+                raise
+
+
+def _pending(history: History, known: tuple[str, ...], running: str, migration_id: str) -> bool:
+    applied = history.applied()
+    plan = classify(applied, known)
+    refuse_unless_migratable(plan, applied, known, running, history.where)
+    if not applied and (tables := history.foreign_tables()):
+        raise SchemaMismatch(
+            f"{history.where} is not a ctrlrun store (it holds tables {tables}); use an empty one",
+            known=known,
+            running=running,
+        )
+    return migration_id in plan.pending
+
+
+def check_current(history: History, known: Sequence[str], running: str) -> None:
+    """For a reading open: anything but an up-to-date history is refused with an
+    instruction (``SchemaMismatch``)."""
+    applied = history.applied()
+    refuse_unless_current(classify(applied, known), applied, known, running, history.where)

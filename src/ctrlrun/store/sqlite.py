@@ -13,6 +13,7 @@ import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -21,7 +22,7 @@ from ctrlrun._time import Clock, decode_instant, encode_instant, utc_now
 from ctrlrun._version import __version__
 from ctrlrun.errors import InvalidArgument, SchemaMismatch, StoreError, StoreNotFound
 from ctrlrun.store.base import SQLStore
-from ctrlrun.store.migrate import classify, refuse_unless_current, refuse_unless_migratable
+from ctrlrun.store.migrate import check_current, migrate_forward
 from ctrlrun.store.ops import KeptRefusal, Txn
 from ctrlrun.store.queries import load_queries, migration_files
 from ctrlrun.store.sqlite_files import can_read, create_private, wal_path
@@ -359,66 +360,64 @@ class SQLiteStateStore(SQLStore):
 
     # --- migrations -----------------------------------------------------------------------
 
-    def _applied(self, conn: sqlite3.Connection) -> tuple[str, ...]:
-        exists = conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
-        ).fetchone()
-        if exists is None:
-            return ()
-        rows = conn.execute("SELECT migration_id FROM schema_version ORDER BY migration_id")
-        return tuple(row[0] for row in rows)
-
-    def _foreign_tables(self, conn: sqlite3.Connection) -> list[str]:
-        rows = conn.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
-        )
-        return sorted(row[0] for row in rows)
-
     def _migrate(self) -> None:
         conn = self._connection()
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if str(mode).lower() != "wal":
             raise StoreError(f"SQLite store {self.path}: could not switch to WAL (got {mode})")
-        migrations = migration_files("sqlite")
-        known = tuple(m for m, _ in migrations)
-        for migration_id, sql in migrations:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                applied = self._applied(conn)
-                plan = classify(applied, known)
-                refuse_unless_migratable(plan, applied, known, __version__, str(self.path))
-                if not applied and (tables := self._foreign_tables(conn)):
-                    raise SchemaMismatch(
-                        f"{self.path} is not a ctrlrun store (it holds tables {tables})",
-                        known=known,
-                        running=__version__,
-                    )
-                if migration_id in plan.pending:
-                    self._apply(conn, migration_id, sql)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
+        migrate_forward(SQLiteHistory(conn, str(self.path)), migration_files("sqlite"), __version__)
 
-    def _apply(self, conn: sqlite3.Connection, migration_id: str, sql: str) -> None:
-        conn.execute(
+    def _check_current(self) -> None:
+        known = [migration_id for migration_id, _ in migration_files("sqlite")]
+        check_current(SQLiteHistory(self._connection(), str(self.path)), known, __version__)
+
+
+class SQLiteHistory:
+    """``schema_version`` in one file, for ``store.migrate`` (the shared runner)."""
+
+    def __init__(self, conn: sqlite3.Connection, where: str) -> None:
+        self.conn, self.where = conn, where
+
+    def applied(self) -> tuple[str, ...]:
+        exists = self.conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
+        ).fetchone()
+        if exists is None:
+            return ()
+        rows = self.conn.execute("SELECT migration_id FROM schema_version ORDER BY migration_id")
+        return tuple(row[0] for row in rows)
+
+    def foreign_tables(self) -> list[str]:
+        rows = self.conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+        )
+        return sorted(row[0] for row in rows)
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        self.conn.execute("BEGIN IMMEDIATE")  # the write lock: one migrator at a time
+        try:
+            yield
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
+    def apply(self, migration_id: str, sql: str) -> None:
+        self.conn.execute(
             "CREATE TABLE IF NOT EXISTS schema_version (migration_id TEXT PRIMARY KEY,"
             " applied_at TEXT NOT NULL, ctrlrun_version TEXT NOT NULL)"
         )
         for statement in split_statements(sql):
-            conn.execute(statement)
-        conn.execute(
+            self.conn.execute(statement)
+        self.conn.execute(
             "INSERT INTO schema_version (migration_id, applied_at, ctrlrun_version)"
             " VALUES (?, ?, ?)",
             (migration_id, encode_instant(utc_now()), __version__),
         )
 
-    def _check_current(self) -> None:
-        conn = self._connection()
-        known = tuple(m for m, _ in migration_files("sqlite"))
-        applied = self._applied(conn)
-        plan = classify(applied, known)
-        refuse_unless_current(plan, applied, known, __version__, str(self.path))
+    def raced(self, error: BaseException) -> bool:
+        return False  # BEGIN IMMEDIATE serialises even the first start
 
 
 def split_statements(sql: str) -> Iterator[str]:

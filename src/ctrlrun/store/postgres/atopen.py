@@ -21,6 +21,8 @@ migration takes ``schema_version``'s table lock first and re-reads what is appli
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Final
 
 import psycopg
@@ -29,7 +31,7 @@ from psycopg import errors, sql
 from ctrlrun._time import Clock
 from ctrlrun._version import __version__
 from ctrlrun.errors import SchemaMismatch, StoreError, StoreNotFound
-from ctrlrun.store.migrate import classify, refuse_unless_current, refuse_unless_migratable
+from ctrlrun.store.migrate import check_current, migrate_forward
 from ctrlrun.store.postgres.connections import Connection, Connections
 from ctrlrun.store.postgres.engine import Engine
 from ctrlrun.store.postgres.sqltext import migrations_for, queries_for
@@ -74,104 +76,60 @@ def check_server(conn: Connection, queries: dict[str, str], schema: str, *, writ
         )
 
 
-def migrate(conn: Connection, queries: dict[str, str], schema: str, where: str) -> None:
-    """Classify, refuse what this binary must not touch, then apply what is missing."""
-    migrations = migrations_for(schema)
-    known = tuple(migration_id for migration_id, _ in migrations)
-    for last_pass in (False, True):
-        pending, bootstrap = _classify_for_writing(conn, queries, schema, known, where)
+class PgHistory:
+    """``schema_version`` in one schema, for ``store.migrate`` (the shared runner)."""
+
+    def __init__(self, conn: Connection, queries: dict[str, str], schema: str, where: str) -> None:
+        self.conn, self.queries, self.schema, self.where = conn, queries, schema, where
+
+    def _tables(self) -> list[str]:
+        rows = self.conn.execute(self.queries["schema_tables"], {"schema": self.schema})
+        return [str(r["name"]) for r in rows]
+
+    def applied(self) -> tuple[str, ...]:
+        if VERSION_TABLE not in self._tables():
+            return ()
+        rows = self.conn.execute(self.queries["schema_version_list"])
+        return tuple(str(r["migration_id"]) for r in rows)
+
+    def foreign_tables(self) -> list[str]:
+        return [t for t in self._tables() if t != VERSION_TABLE]
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        with self.conn.transaction():
+            if VERSION_TABLE in self._tables():
+                self.conn.execute(self.queries["schema_version_lock"])
+            yield
+
+    def apply(self, migration_id: str, sql: str) -> None:
+        applied = self.applied()
+        if not applied and VERSION_TABLE not in self._tables():
+            self.conn.execute(self.queries["schema_version_create"])
+            self.conn.execute(self.queries["schema_version_lock"])
         try:
-            for migration_id, text in migrations:
-                if migration_id in pending:
-                    step = (migration_id, text)
-                    _apply(conn, queries, step, known=known, where=where, bootstrap=bootstrap)
-                    bootstrap = False
-            return
-        except _RACED as exc:
-            if last_pass or not bootstrap:
-                raise
-            log.info(
-                "ctrlrun.postgres: %s: a concurrent first start created the schema first (%s);"
-                " classifying again",
-                where,
-                exc.sqlstate,
-                extra={"migration_race": exc.sqlstate},
-            )
-
-
-def check_current(conn: Connection, queries: dict[str, str], schema: str, where: str) -> None:
-    """For a reading open: anything but an up-to-date schema is refused with an instruction."""
-    known = tuple(migration_id for migration_id, _ in migrations_for(schema))
-    tables = _tables(conn, queries, schema)
-    applied = _applied(conn, queries) if VERSION_TABLE in tables else ()
-    refuse_unless_current(classify(applied, known), applied, known, __version__, where)
-
-
-def _classify_for_writing(
-    conn: Connection, queries: dict[str, str], schema: str, known: tuple[str, ...], where: str
-) -> tuple[tuple[str, ...], bool]:
-    """The migrations still to apply, and whether ``schema_version`` must be created."""
-    tables = _tables(conn, queries, schema)
-    applied = _applied(conn, queries) if VERSION_TABLE in tables else ()
-    plan = classify(applied, known)
-    refuse_unless_migratable(plan, applied, known, __version__, where)
-    foreign = [t for t in tables if t != VERSION_TABLE]
-    if not applied and foreign:
-        raise SchemaMismatch(
-            f"{where} is not a ctrlrun store (it holds tables {foreign}); use an empty schema",
-            known=known,
-            running=__version__,
-        )
-    return plan.pending, VERSION_TABLE not in tables
-
-
-def _apply(
-    conn: Connection,
-    queries: dict[str, str],
-    step: tuple[str, str],
-    *,
-    known: tuple[str, ...],
-    where: str,
-    bootstrap: bool,
-) -> None:
-    """Apply ``step`` (id, SQL) in one transaction with its version row, unless someone did."""
-    migration_id, text = step
-    with conn.transaction():
-        if bootstrap:
-            conn.execute(queries["schema_version_create"])
-        conn.execute(queries["schema_version_lock"])
-        applied = _applied(conn, queries)
-        plan = classify(applied, known)
-        refuse_unless_migratable(plan, applied, known, __version__, where)
-        if not plan.pending or plan.pending[0] != migration_id:
-            return  # applied meanwhile by a concurrent opener
-        try:
-            conn.execute(text)
+            self.conn.execute(sql)
         except psycopg.Error as exc:
             raise SchemaMismatch(
-                f"{where}: migration {migration_id} failed and was rolled back ({exc}); the"
+                f"{self.where}: migration {migration_id} failed and was rolled back ({exc}); the"
                 f" schema stays at {applied[-1] if applied else 'empty'}",
                 applied=applied,
-                known=known,
                 running=__version__,
             ) from exc
-        conn.execute(
-            queries["schema_version_insert"],
-            {"migration_id": migration_id, "ctrlrun_version": __version__},
+        version = {"migration_id": migration_id, "ctrlrun_version": __version__}
+        self.conn.execute(self.queries["schema_version_insert"], version)
+
+    def raced(self, error: BaseException) -> bool:
+        if not isinstance(error, _RACED):
+            return False
+        log.info(
+            "ctrlrun.postgres: %s: a concurrent first start created the schema first (%s);"
+            " classifying again",
+            self.where,
+            error.sqlstate,
+            extra={"migration_race": error.sqlstate},
         )
-
-
-def _applied_here(conn: Connection, queries: dict[str, str], schema: str) -> tuple[str, ...]:
-    """The migrations ``schema`` records; empty when it has no ctrlrun store (or is absent)."""
-    return _applied(conn, queries) if VERSION_TABLE in _tables(conn, queries, schema) else ()
-
-
-def _tables(conn: Connection, queries: dict[str, str], schema: str) -> list[str]:
-    return [str(r["name"]) for r in conn.execute(queries["schema_tables"], {"schema": schema})]
-
-
-def _applied(conn: Connection, queries: dict[str, str]) -> tuple[str, ...]:
-    return tuple(str(r["migration_id"]) for r in conn.execute(queries["schema_version_list"]))
+        return True
 
 
 def _ident(name: Any) -> str:
@@ -189,17 +147,19 @@ def open_engine(
     try:
         conn = connections.current()
         where = f"schema {schema!r} of database {conn.info.dbname!r}"
-        if not create and not _applied_here(conn, queries, schema):
+        history = PgHistory(conn, queries, schema, where)
+        if not create and not history.applied():
             raise StoreNotFound(
                 f"no ctrlrun store in {where}: create it with `ctrlrun init --store-url …`"
                 " (or Control.from_file(create=True)); a store is never created implicitly",
                 location=where,
             )
         check_server(conn, queries, schema, writing=writing)
+        migrations = migrations_for(schema)
         if writing:
-            migrate(conn, queries, schema, where)
+            migrate_forward(history, migrations, __version__)
         else:
-            check_current(conn, queries, schema, where)
+            check_current(history, [migration_id for migration_id, _ in migrations], __version__)
     except psycopg.Error as exc:
         connections.close()
         raise StoreError(f"opening the Postgres store (schema {schema!r}) failed: {exc}") from exc

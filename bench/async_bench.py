@@ -27,6 +27,7 @@ from pathlib import Path
 from bench_policy import POLICY
 
 import ctrlrun
+from ctrlrun.config import load_policy_text
 
 LATENCY = 0.020
 IN_FLIGHT = 64
@@ -37,7 +38,7 @@ TARGET_LAG_P99_MS = 10.0
 
 def sqlite_control(folder: Path, durability: str) -> ctrlrun.Control:
     store = ctrlrun.SQLiteStateStore(folder / "state.db", durability=durability)
-    return ctrlrun.Control(ctrlrun.Policy.from_yaml(POLICY), store)
+    return ctrlrun.Control(load_policy_text(POLICY), store)
 
 
 @contextlib.contextmanager
@@ -50,7 +51,7 @@ def postgres_control() -> Iterator[ctrlrun.Control]:
 
         store = PostgresStateStore(url, schema=schema)
         try:
-            yield ctrlrun.Control(ctrlrun.Policy.from_yaml(POLICY), store)
+            yield ctrlrun.Control(load_policy_text(POLICY), store)
         finally:
             store.close()
             pg_common.drop_schema(url, schema)

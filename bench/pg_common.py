@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT / "tests"))  # the test support code starts the thro
 from bench_policy import POLICY  # noqa: E402
 
 import ctrlrun  # noqa: E402
+from ctrlrun.config import load_policy_file  # noqa: E402
 from ctrlrun.postgres import PostgresStateStore  # noqa: E402
 
 ENV_URL = "CTRLRUN_BENCH_POSTGRES_URL"
@@ -65,7 +66,7 @@ def control(url: str, schema: str, policy_dir: Path) -> ctrlrun.Control:
     path = policy_dir / f"ctrlrun-{os.getpid()}.yaml"  # one per process: no torn reads
     path.write_text(POLICY)
     store = PostgresStateStore(url, schema=schema)
-    return ctrlrun.Control(ctrlrun.Policy.from_file(path), store)
+    return ctrlrun.Control(load_policy_file(path), store)
 
 
 class Floor:

@@ -26,6 +26,7 @@ from bench_policy import POLICY
 from timing import Case, interleaved, report, take
 
 import ctrlrun
+from ctrlrun.config import load_policy_file
 from ctrlrun.durable import Dispatcher, Outbox, PlanRunner, Plans, Steps
 from ctrlrun.store.queries import load_queries
 
@@ -126,7 +127,7 @@ def open_control(workdir: Path, durability: str) -> ctrlrun.Control:
     (no sinks: ``Control`` ships none by default)."""
     (workdir / "ctrlrun.yaml").write_text(POLICY)
     store = ctrlrun.SQLiteStateStore(workdir / "state.db", durability=durability)
-    return ctrlrun.Control(ctrlrun.Policy.from_file(workdir / "ctrlrun.yaml"), store)
+    return ctrlrun.Control(load_policy_file(workdir / "ctrlrun.yaml"), store)
 
 
 def protected_op(ctl: ctrlrun.Control, *, effect: bool) -> Callable[[int], None]:

@@ -28,6 +28,7 @@ from typing import Any
 from journal import Journal, read_journals
 
 import ctrlrun
+from ctrlrun.config import load_policy_file
 from ctrlrun.runtime.call import CallSpec
 
 FAULTS = (
@@ -77,7 +78,7 @@ class Worker:
         self.proxy = open_proxy(config["upstream_url"]) if config.get("upstream_url") else None
         url = self.proxy.url if self.proxy is not None else config["store_url"]
         self.store = ctrlrun.store.open_store(url)
-        policy = ctrlrun.Policy.from_file(config["policy"])
+        policy = load_policy_file(config["policy"])
         self.control = ctrlrun.Control(policy, self.store)
         self.generations: dict[int, int] = {}
 

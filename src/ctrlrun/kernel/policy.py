@@ -7,7 +7,7 @@ being skipped, because skipping a deny rule could fall through to an allow. Ther
 default-allow anywhere. Only the action's name and arguments are read, never the principal.
 
 This module imports no parser: YAML is read by ``ctrlrun.config`` (``load_policy_text``,
-``load_policy_file``), which validates the parsed document with ``Policy.from_data``.
+``load_policy_file``), which validates the parsed document with ``Policy.from_document``.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ The rows (seed 000), which must never be merged:
   nothing was committed. Roll back and raise ``WriteFailed``; it may be retried.
 * Any other exception during or after COMMIT — the connection lost, a COMMIT timeout
   (``57014`` included), the socket closed before the command tag, ``BaseException`` too: the
-  outcome is unknown. Re-read on a fresh connection and let the witness decide (``recover``):
+  outcome is unknown. Re-read on a fresh connection and let the witness decide (``settle``):
   landed → the transaction's own result; not landed → issue the same transaction once more (a
   second unknown raises ``AmbiguousWrite``; a re-issue refused by what it met gets one more
   look, writing nothing, in case the first COMMIT was still in flight); anything else → the
@@ -18,6 +18,12 @@ The rows (seed 000), which must never be merged:
 
 A refusal raised as ``KeptRefusal`` commits what the transaction wrote, then raises the refusal
 (the expired lease written AMBIGUOUS, the expired approval written EXPIRED).
+
+Every branch a re-read takes is logged at INFO on the ``ctrlrun.postgres`` logger by name
+(``A1_OURS``, ``A1_REINSERT``, ``A1_REFUSE``, ``A2_LANDED``, ``A2_REISSUE``, ``A2_REFUSE``),
+with ``branch``, ``effect_key``, ``operation`` and ``witness`` in the record's ``extra``. No
+branch is logged when there is nothing to re-read or the re-read fails: both raise
+``AmbiguousWrite`` and nothing more is written.
 """
 
 from __future__ import annotations
@@ -42,9 +48,8 @@ from ctrlrun.errors import (
 )
 from ctrlrun.store.ops import KeptRefusal
 from ctrlrun.store.postgres.connections import Connection, Connections
-from ctrlrun.store.postgres.recover import Recovery
 from ctrlrun.store.postgres.txn import PgTxn
-from ctrlrun.store.postgres.witness import GUARD_SQLSTATE, GuardMissed, Verdict
+from ctrlrun.store.postgres.witness import GUARD_SQLSTATE, Evidence, GuardMissed, Verdict, refusal
 
 T = TypeVar("T")
 
@@ -52,6 +57,14 @@ STATED_ABORTS: Final = frozenset({"40001", "40P01"})
 """The server said, in band, that it rolled the transaction back: a failed write, not unknown."""
 
 log = logging.getLogger("ctrlrun.postgres")
+
+_MEANING: Final = {
+    Verdict.LANDED: "the re-read found this transaction's own row: it committed",
+    Verdict.NOT_LANDED: "the re-read found the row as it was before: it did not commit, and"
+    " the same transaction is issued once more",
+    Verdict.OTHER: "the re-read found a row that is neither ours nor the one we replaced:"
+    " refusing as the planner says",
+}
 
 
 @dataclass(slots=True)
@@ -90,7 +103,6 @@ class Engine:
         self.where = where
         self.committed = 0
         self._commits = itertools.count(1)
-        self._recovery = Recovery(connections, queries, clock=clock, schema=schema)
 
     # --- writes --------------------------------------------------------------------------
 
@@ -111,23 +123,81 @@ class Engine:
             raise interrupt
 
     def _verdict(self, first: Attempt[T], operation: str) -> tuple[Verdict, Exception | None]:
-        verdict, refusal = self._recovery.settle(
-            first.txn.witness.evidence(), operation, first.cause
-        )
+        verdict, refused = self._reread(first.txn.witness.evidence(), operation, first.cause)
         if verdict is Verdict.LANDED:
             self.committed = next(self._commits)
-        return verdict, refusal
+        return verdict, refused
+
+    def _reread(
+        self, evidence: Evidence | None, operation: str, cause: BaseException | None
+    ) -> tuple[Verdict, CtrlrunError | None]:
+        """Re-read ``evidence``'s row on a fresh connection and judge it; return the verdict
+        and, for ``OTHER``, the refusal to raise. ``AmbiguousWrite`` when nothing can be
+        re-read or the re-read fails."""
+        if evidence is None:
+            log.warning(
+                "ctrlrun.postgres: %s: the COMMIT went unanswered (%r) and the transaction"
+                " wrote no row a re-read can recognise; its outcome is unknown",
+                operation,
+                cause,
+                extra={"operation": operation},
+            )
+            raise AmbiguousWrite(
+                f"{operation}: the COMMIT went unanswered and nothing it wrote can be re-read;"
+                " the outcome is unknown",
+                reason=AmbiguityReason.NO_WITNESS,
+                operation=operation,
+            ) from cause
+        try:
+            txn = PgTxn(
+                self.connections.fresh(),
+                self.queries,
+                schema=self.schema,
+                now_source=self.clock,
+            )
+            row = txn.one(evidence.read_query, evidence.read_params)
+            verdict = evidence.judge(row)
+            found = None
+            if verdict is Verdict.OTHER and _corroborated(txn, evidence.corroboration):
+                verdict = Verdict.LANDED  # the row moved on after our COMMIT; the receipt says so
+            if verdict is Verdict.OTHER:
+                found = refusal(evidence, row, txn.now, txn.read_ts)
+        except psycopg.Error as exc:
+            raise AmbiguousWrite(
+                f"{operation}: the COMMIT went unanswered and the re-read failed ({exc});"
+                " refusing: nothing more is written and nothing proceeds",
+                reason=AmbiguityReason.REREAD_FAILED,
+                operation=operation,
+                effect_key=evidence.effect_key,
+            ) from exc
+        branch = evidence.branch(verdict)
+        log.info(
+            "%s: %s on %s %r: the COMMIT went unanswered (%s); %s",
+            branch,
+            operation,
+            evidence.kind,
+            evidence.effect_key or next(iter(evidence.read_params.values())),
+            type(cause).__name__,
+            _MEANING[verdict],
+            extra={
+                "branch": branch,
+                "effect_key": evidence.effect_key,
+                "operation": operation,
+                "witness": evidence.kind,
+            },
+        )
+        return verdict, found
 
     def _settle(self, work: Callable[[PgTxn], T], operation: str, first: Attempt[T]) -> T:
         evidence = first.txn.witness.evidence()
-        verdict, refusal = self._verdict(first, operation)
+        verdict, planned = self._verdict(first, operation)
         if verdict is Verdict.LANDED:
             return first.outcome()
         if verdict is Verdict.OTHER:
             if first.kept is not None:  # the refusal stands whoever moved the row meanwhile
                 raise first.kept.refusal from first.cause
-            assert refusal is not None
-            raise refusal from first.cause
+            assert planned is not None
+            raise planned from first.cause
         try:
             second = self._attempt(work, operation)
         except CtrlrunError as refused:  # a refusal, or a failed re-issue: nothing committed
@@ -268,3 +338,11 @@ def _failed_in_band(conn: Connection, exc: psycopg.Error) -> bool:
     if conn.broken:
         return False
     return conn.info.transaction_status == pq.TransactionStatus.INERROR
+
+
+def _corroborated(txn: PgTxn, receipt: Evidence | None) -> bool:
+    """True when the receipt this transaction wrote is in the store exactly as written: the
+    transaction is atomic, so it committed, whatever became of its effect row since."""
+    if receipt is None:
+        return False
+    return receipt.judge(txn.one(receipt.read_query, receipt.read_params)) is Verdict.LANDED

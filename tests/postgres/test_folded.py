@@ -353,7 +353,7 @@ class TestTheBinder:
         """Every text of an event (its data JSON above all) comes back from the jsonb array
         the server reads, character for character, None as SQL NULL."""
         from ctrlrun.kernel.event import EventDraft, EventType
-        from ctrlrun.store.codec import event_data_json
+        from ctrlrun.kernel.evidence_text import event_data_json
         from ctrlrun.store.postgres.folded import events_json
 
         drafts = [

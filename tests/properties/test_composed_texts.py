@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from ctrlrun.canonical import canonical_text, sha256_hex
 from ctrlrun.errors import InvalidArgument
 from ctrlrun.kernel.action import Action, Principal
+from ctrlrun.kernel.evidence_text import event_data_json
 from ctrlrun.kernel.receipt import ChainHead, ReceiptDraft, chain_receipt
-from ctrlrun.store.codec import event_data_json
 
 settings.register_profile("ctrlrun", derandomize=True, max_examples=200, deadline=None)
 settings.load_profile("ctrlrun")

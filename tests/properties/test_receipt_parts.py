@@ -90,8 +90,8 @@ def test_the_proposed_event_s_composed_data_is_the_event_encoder_s(
 ):
     import json
 
+    from ctrlrun.kernel.evidence_text import event_data_json
     from ctrlrun.runtime.receipts import proposed
-    from ctrlrun.store.codec import event_data_json
 
     action = Action("p.q", args, Principal(agent, user), resource=resource, environment=env)
     data = proposed(action).data
@@ -104,8 +104,8 @@ def test_the_proposed_event_s_composed_data_is_the_event_encoder_s(
 def test_the_evaluated_event_s_data_is_encoded_as_it_was(decision, reason, policy_hash, cited):
     import json
 
+    from ctrlrun.kernel.evidence_text import event_data_json
     from ctrlrun.runtime.receipts import evaluated
-    from ctrlrun.store.codec import event_data_json
 
     verdict = Verdict(decision, reason, policy_hash, tuple(sorted(cited)))
     action = Action("p.q", {}, Principal("a"))

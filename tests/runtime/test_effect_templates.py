@@ -13,7 +13,7 @@ import ctrlrun
 from ctrlrun import ApprovalStatus, Control, DenyReason, EffectTemplateChanged
 from ctrlrun.config import load_policy_text
 from ctrlrun.kernel.event import EventType
-from ctrlrun.runtime.key_templates import accept_effect_template, effect_templates
+from ctrlrun.store.templates import accept_effect_template, effect_templates
 from support.policies import POLICY
 
 REKEYED = POLICY.replace('effect: "refund:{payment_id}"', 'effect: "refund:{payment_id}:{amount}"')

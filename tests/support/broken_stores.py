@@ -19,8 +19,8 @@ from ctrlrun.errors import (
 )
 from ctrlrun.kernel.approval import ApprovalStatus
 from ctrlrun.kernel.effect import LIVE_STATES, EffectRecord, EffectState, Reservation
+from ctrlrun.kernel.evidence_text import result_json
 from ctrlrun.kernel.receipt import StoredReceipt
-from ctrlrun.store.codec import result_json
 from ctrlrun.store.ops.approvals import check_consumable_in_txn, consume_approval_in_txn
 from ctrlrun.store.ops.effects import finish_effect_in_txn
 from ctrlrun.store.protocol import FinishRequest, Started

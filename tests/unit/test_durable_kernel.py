@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from ctrlrun.errors import InvalidArgument, PlanReason
+from ctrlrun.kernel.evidence_text import result_json
 from ctrlrun.kernel.operation import Operation, OperationStatus, ReapAction, plan_reap, start_token
 from ctrlrun.kernel.outbox import (
     Backoff,
@@ -31,7 +32,6 @@ from ctrlrun.kernel.plan import (
     step_receipt_document,
 )
 from ctrlrun.kernel.receipt import GENESIS_HEAD, ChainHead, chain_receipt
-from ctrlrun.store.codec import result_json
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
 

@@ -24,8 +24,8 @@ from ctrlrun._time import ManualClock
 from ctrlrun.canonical import canonical_text, digest
 from ctrlrun.config import load_policy_text
 from ctrlrun.kernel.action import Action, Principal
+from ctrlrun.kernel.evidence_text import event_data_json
 from ctrlrun.kernel.receipt import ChainHead, chain_receipt
-from ctrlrun.store.codec import event_data_json
 
 PINNED = Path(__file__).with_name("pinned_hot_path.json")
 

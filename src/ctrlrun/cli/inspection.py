@@ -34,8 +34,8 @@ from ctrlrun.kernel.approval import ApprovalRecord, ApprovalStatus
 from ctrlrun.kernel.effect import EffectRecord
 from ctrlrun.kernel.event import Event, EventType
 from ctrlrun.kernel.receipt import Receipt
-from ctrlrun.runtime.key_templates import KeyTemplate, effect_templates
 from ctrlrun.store.protocol import StateStore
+from ctrlrun.store.templates import KeyTemplate, effect_templates
 
 INSPECTION_SCHEMA: Final = "ctrlrun.inspection/v1"
 _ACTION_FIELDS: Final = ("action_id", "name", "principal", "arguments", "resource", "environment")

@@ -17,8 +17,8 @@ from ctrlrun.cli.common import (
     when,
 )
 from ctrlrun.config import load_policy_file
-from ctrlrun.runtime.key_templates import accept_effect_template, effect_templates
 from ctrlrun.runtime.locate import policy_path
+from ctrlrun.store.templates import accept_effect_template, effect_templates
 
 
 @click.group("policy")

@@ -38,6 +38,7 @@ from ctrlrun.durable.base import (
 from ctrlrun.durable.records import operation_from_row
 from ctrlrun.errors import ClaimLost, InvalidArgument, NotExecuted, OperationInFlight, StoreError
 from ctrlrun.kernel.approval import check_person
+from ctrlrun.kernel.evidence_text import result_json
 from ctrlrun.kernel.operation import (
     DEFAULT_OPERATION_LEASE,
     UNKNOWN_START,
@@ -50,7 +51,6 @@ from ctrlrun.kernel.operation import (
     plan_reap,
 )
 from ctrlrun.runtime.receipts import describe
-from ctrlrun.store.codec import result_json
 from ctrlrun.store.ops import Txn
 
 log = logging.getLogger("ctrlrun.durable")

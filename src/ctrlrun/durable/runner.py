@@ -55,6 +55,7 @@ from ctrlrun.errors import (
     Refused,
 )
 from ctrlrun.kernel.action import Action, Principal
+from ctrlrun.kernel.evidence_text import result_json
 from ctrlrun.kernel.plan import (
     DEFAULT_HEARTBEAT,
     PlanRecord,
@@ -69,7 +70,6 @@ from ctrlrun.runtime.call import CallSpec
 from ctrlrun.runtime.control import Control
 from ctrlrun.runtime.normalize import build_action
 from ctrlrun.runtime.receipts import describe
-from ctrlrun.store.codec import result_json
 from ctrlrun.store.ops import Txn
 from ctrlrun.store.ops.evidence import put_receipt_in_txn
 from ctrlrun.store.protocol import DriverTxn

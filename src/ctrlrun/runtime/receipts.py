@@ -11,8 +11,8 @@ from ctrlrun.canonical import new_id
 from ctrlrun.errors import evidence_name
 from ctrlrun.kernel.action import Action
 from ctrlrun.kernel.event import EventDraft, EventType
+from ctrlrun.kernel.evidence_text import EncodedEventData, event_data_json, safe_text
 from ctrlrun.kernel.receipt import RECEIPT_SCHEMA, ReceiptDraft, ReceiptResult
-from ctrlrun.store.codec import EncodedEventData, event_data_json, safe_text
 
 
 @dataclass(frozen=True, slots=True)

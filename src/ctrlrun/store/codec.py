@@ -1,20 +1,17 @@
 """Rows to records and back, shared by every backend.
 
 A backend hands rows as mappings; timestamps come through the backend's own ``read_ts``
-(SQLite stores exact ISO-8601 text, Postgres ``timestamptz``). Serialising evidence never
-fails an action: an unserialisable result is stored as its ``repr``; text that cannot be
-encoded is escaped.
+(SQLite stores exact ISO-8601 text, Postgres ``timestamptz``). The texts written as evidence
+are ``kernel.evidence_text``'s.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Protocol
 
-from ctrlrun.canonical import canonical_text
-from ctrlrun.errors import InvalidArgument
 from ctrlrun.kernel.approval import ApprovalRecord, ApprovalStatus
 from ctrlrun.kernel.effect import EffectRecord, EffectState
 from ctrlrun.kernel.event import Event, EventType
@@ -94,42 +91,3 @@ def receipt_from_row(row: Row, *, columns: bool = False) -> StoredReceipt:
         hash=row["hash"],
         columns=(row["action_id"], row["effect_key"], row["result"]) if columns else None,
     )
-
-
-_EVENT_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=repr)
-
-
-class EncodedEventData(dict[str, Any]):
-    """Event data that carries its own ``event_data_json`` text, composed by whoever built it
-    from texts already encoded (the proposed event's action). The producer's contract, held
-    by test: ``text`` is exactly what encoding the dict would give; never mutate one."""
-
-    __slots__ = ("text",)
-
-    def __init__(self, data: dict[str, Any], text: str) -> None:
-        super().__init__(data)
-        self.text = text
-
-
-def event_data_json(data: Mapping[str, Any]) -> str:
-    """Event data as JSON text; never raises (odd values become their ``repr``)."""
-    kind = type(data)
-    if kind is EncodedEventData:
-        text: str = data.text  # type: ignore[attr-defined]
-        return text
-    return _EVENT_ENCODER.encode(data)
-
-
-def result_json(value: Any) -> str | None:
-    """An executor's return value as canonical JSON, or ``{"repr": …}`` if it has none."""
-    if value is None:
-        return None
-    try:
-        return canonical_text(value)
-    except InvalidArgument:
-        return json.dumps({"repr": safe_text(repr(value))[:2000]})
-
-
-def safe_text(text: str) -> str:
-    """``text`` with anything UTF-8 cannot encode escaped, so evidence can always be written."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")

@@ -19,7 +19,8 @@ from ctrlrun.kernel.effect import (
     resolution_error,
 )
 from ctrlrun.kernel.event import EventDraft, EventType
-from ctrlrun.store.codec import effect_from_row, result_json
+from ctrlrun.kernel.evidence_text import result_json
+from ctrlrun.store.codec import effect_from_row
 from ctrlrun.store.ops import KeptRefusal, Txn
 from ctrlrun.store.ops.evidence import append_events_in_txn
 

@@ -7,8 +7,8 @@ from typing import Any, Final
 
 from ctrlrun.errors import StoreError
 from ctrlrun.kernel.event import EventDraft
+from ctrlrun.kernel.evidence_text import event_data_json
 from ctrlrun.kernel.receipt import ChainHead, StoredReceipt, chain_receipt
-from ctrlrun.store.codec import event_data_json
 from ctrlrun.store.ops import Txn
 
 

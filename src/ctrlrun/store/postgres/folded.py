@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Any, Final
 from ctrlrun.canonical import canonical_text
 from ctrlrun.kernel.effect import EffectState, Reservation
 from ctrlrun.kernel.event import EventDraft, EventType
+from ctrlrun.kernel.evidence_text import event_data_json, result_json
 from ctrlrun.kernel.receipt import ReceiptDraft, StoredReceipt
-from ctrlrun.store.codec import event_data_json, result_json
 from ctrlrun.store.ops.actions import start_action_in_txn
 from ctrlrun.store.protocol import FinishRequest, Started, StartRequest
 

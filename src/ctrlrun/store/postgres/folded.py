@@ -83,22 +83,21 @@ def start_effect(txn: PgTxn, request: StartRequest) -> PendingStart:
                 EventType.EXECUTION_STARTED, request.action_id, request.effect_key, data=attempt
             )
         )
-    txn.fetch_later(
-        "effect_reserve_folded",
-        {
-            "now": txn.now_param,
-            "effect_key": request.effect_key,
-            "state": str(state),
-            "action_id": request.action_id,
-            "lease_us": lease_us,
-            "lease": request.lease,
-            "lease_mark": mark,
-            "mark_row": mark_row,
-            "events": events_json(drafts),
-            "action": request.action_name,
-            "template": request.effect_template if request.action_name is not None else None,
-        },
-    )
+    reserve = "effect_reserve_folded"
+    params = {
+        "now": txn.now_param,
+        "effect_key": request.effect_key,
+        "state": str(state),
+        "action_id": request.action_id,
+        "lease_us": lease_us,
+        "lease": request.lease,
+        "lease_mark": mark,
+        "mark_row": mark_row,
+        "events": events_json(drafts),
+        "action": request.action_name,
+        "template": request.effect_template if request.action_name is not None else None,
+    }
+    txn.fold_later(reserve, ((reserve, "", params),), keep_as=reserve)
     return PendingStart(txn, request)
 
 
@@ -136,7 +135,8 @@ def start_plain(txn: PgTxn, request: StartRequest) -> Started:
 
 def append_events(txn: PgTxn, drafts: Iterable[EventDraft]) -> None:
     """Queue ``drafts`` in order, stamped with the transaction's time: one statement."""
-    txn.run_rows_later("event_insert_folded", [_event_row(txn, draft) for draft in drafts])
+    rows = (_event_params(txn, draft) for draft in drafts)
+    txn.run_rows_later("event_insert_folded", "event_row_folded", rows)
 
 
 _EVENTS_JSON: Final = json.JSONEncoder(
@@ -155,10 +155,6 @@ def events_json(drafts: Iterable[EventDraft]) -> str:
             for d in drafts
         ]
     )
-
-
-def _event_row(txn: PgTxn, draft: EventDraft) -> tuple[str, dict[str, Any]]:
-    return "event_row_folded", _event_params(txn, draft)
 
 
 def _event_params(txn: PgTxn, draft: EventDraft) -> dict[str, Any]:

@@ -15,9 +15,9 @@
 * A folded transaction (``defer_begin``) sends nothing at ``BEGIN``: ``BEGIN`` travels with
   its first statement, or with the COMMIT (``folded``). Its folded statements stamp the
   transaction's time on the server (``now_param`` is None) unless the store was given a
-  clock; ``fetch_later`` keeps the rows of a queued statement, read when it is sent
-  (``returned``), and ``fold_later`` queues one statement that makes several witnessed
-  writes (a call to one of the schema's functions).
+  clock; ``fold_later`` queues one statement that makes one or more witnessed writes (a
+  call to one of the schema's functions) and keeps its rows, read when it is sent
+  (``returned``).
 * Queued statements are bound on the client by psycopg's ``ClientCursor.mogrify`` and go out
   as one simple-query message through the transaction's cursor (``_send``), one result per
   statement, read with ``nextset``.
@@ -128,28 +128,18 @@ class PgTxn:
         self._pending.append(self._bind(query, bound))
         self.witness.saw(query, bound, 1)
 
-    def run_rows_later(self, query: str, rows: Iterable[tuple[str, Mapping[str, Any]]]) -> None:
-        """Queue one multi-row statement: ``query`` (ending in ``VALUES``) followed by each
-        row's query bound to its parameters. For plain inserts only (no effect writes)."""
-        text = self._rows(query, rows)
-        if text is not None:
-            self._pending.append(text)
-
-    def _rows(self, query: str, rows: Iterable[tuple[str, Mapping[str, Any]]]) -> str | None:
+    def run_rows_later(self, query: str, row: str, rows: Iterable[Mapping[str, Any]]) -> None:
+        """Queue one multi-row insert: ``query`` (ending in ``VALUES``) followed by ``row``
+        bound to each row's parameters. For plain inserts only (no effect writes)."""
+        if query in EFFECT_WRITES or row in EFFECT_WRITES:
+            raise AssertionError(f"{row} cannot be folded into a multi-row insert")
         bound: list[str] = []
-        for row_query, params in rows:
-            if row_query in EFFECT_WRITES or query in EFFECT_WRITES:
-                raise AssertionError(f"{row_query} cannot be folded into a multi-row insert")
-            stamped = self._stamp(row_query, params)
-            bound.append(self._bind(row_query, stamped))
-            self.witness.saw(row_query, stamped, 1)
-        return self._queries[query] + "\n" + ",\n".join(bound) if bound else None
-
-    def fetch_later(self, query: str, params: Mapping[str, Any]) -> None:
-        """``run_later``, keeping the statement's rows in ``returned[query]`` once it is sent
-        (with the COMMIT: they are there only if the COMMIT's answer came)."""
-        self._wanted[len(self._pending)] = query
-        self.run_later(query, params)
+        for params in rows:
+            stamped = self._stamp(row, params)
+            bound.append(self._bind(row, stamped))
+            self.witness.saw(row, stamped, 1)
+        if bound:
+            self._pending.append(self._queries[query] + "\n" + ",\n".join(bound))
 
     def fold_later(
         self, query: str, writes: Sequence[tuple[str, str, Mapping[str, Any]]], *, keep_as: str
@@ -254,7 +244,7 @@ class PgTxn:
 
     def _send(self, statements: list[str]) -> None:
         """One simple-query message; one result per statement, in order. The rows of every
-        statement queued by ``fetch_later`` are kept; the cursor ends on the last result."""
+        statement queued by ``fold_later`` are kept; the cursor ends on the last result."""
         wanted, self._wanted = self._wanted, {}
         self._cur.execute("; ".join(statements))
         index = 0

@@ -41,9 +41,7 @@ def check_action_name(name: object) -> str:
     return name
 
 
-def _non_empty(value: object, what: str, *, optional: bool = False) -> str | None:
-    if value is None and optional:
-        return None
+def _non_empty(value: object, what: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise InvalidArgument(f"{what} must be a non-empty string, got {value!r}")
     if "\n" in value or "\r" in value:
@@ -150,7 +148,7 @@ class Action:
         self.name = check_action_name(name)
         self.principal = principal
         self.resource = check_optional_label(resource, "resource")
-        self.environment = _non_empty(environment, "environment") or DEFAULT_ENVIRONMENT
+        self.environment = _non_empty(environment, "environment")
         if action_id is None:
             action_id = new_id("act")
         elif not isinstance(action_id, str) or not _ID.match(action_id):

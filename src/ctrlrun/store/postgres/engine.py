@@ -9,7 +9,7 @@ The rows (seed 000), which must never be merged:
   nothing was committed. Roll back and raise ``WriteFailed``; it may be retried.
 * Any other exception during or after COMMIT — the connection lost, a COMMIT timeout
   (``57014`` included), the socket closed before the command tag, ``BaseException`` too: the
-  outcome is unknown. Re-read on a fresh connection and let the witness decide (``settle``):
+  outcome is unknown. Re-read on a fresh connection and let the witness decide (``_reread``):
   landed → the transaction's own result; not landed → issue the same transaction once more (a
   second unknown raises ``AmbiguousWrite``; a re-issue refused by what it met gets one more
   look, writing nothing, in case the first COMMIT was still in flight); anything else → the
@@ -170,22 +170,7 @@ class Engine:
                 operation=operation,
                 effect_key=evidence.effect_key,
             ) from exc
-        branch = evidence.branch(verdict)
-        log.info(
-            "%s: %s on %s %r: the COMMIT went unanswered (%s); %s",
-            branch,
-            operation,
-            evidence.kind,
-            evidence.effect_key or next(iter(evidence.read_params.values())),
-            type(cause).__name__,
-            _MEANING[verdict],
-            extra={
-                "branch": branch,
-                "effect_key": evidence.effect_key,
-                "operation": operation,
-                "witness": evidence.kind,
-            },
-        )
+        _log_branch(evidence, verdict, operation, cause)
         return verdict, found
 
     def _settle(self, work: Callable[[PgTxn], T], operation: str, first: Attempt[T]) -> T:
@@ -346,3 +331,25 @@ def _corroborated(txn: PgTxn, receipt: Evidence | None) -> bool:
     if receipt is None:
         return False
     return receipt.judge(txn.one(receipt.read_query, receipt.read_params)) is Verdict.LANDED
+
+
+def _log_branch(
+    evidence: Evidence, verdict: Verdict, operation: str, cause: BaseException | None
+) -> None:
+    """The branch a re-read took, by name (see the module docstring)."""
+    branch = evidence.branch(verdict)
+    log.info(
+        "%s: %s on %s %r: the COMMIT went unanswered (%s); %s",
+        branch,
+        operation,
+        evidence.kind,
+        evidence.effect_key or next(iter(evidence.read_params.values())),
+        type(cause).__name__,
+        _MEANING[verdict],
+        extra={
+            "branch": branch,
+            "effect_key": evidence.effect_key,
+            "operation": operation,
+            "witness": evidence.kind,
+        },
+    )

@@ -6,10 +6,23 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from ctrlrun._time import check_positive
-from ctrlrun.errors import ActionDenied, InvalidArgument, OutcomeUnrecorded, Refused, StoreError
+from ctrlrun.display import command_line
+from ctrlrun.errors import (
+    ActionDenied,
+    ApprovalMismatch,
+    ApprovalRequired,
+    DuplicateEffect,
+    EffectTemplateChanged,
+    InvalidArgument,
+    OutcomeUnrecorded,
+    Refused,
+    StoreError,
+)
 from ctrlrun.kernel.action import Action
+from ctrlrun.kernel.approval import ApprovalRecord
 from ctrlrun.kernel.effect import EffectState
 from ctrlrun.kernel.event import EventDraft, EventType
 from ctrlrun.kernel.policy import ActionPolicy, Policy
@@ -18,7 +31,7 @@ from ctrlrun.kernel.template import Template
 from ctrlrun.kernel.text import check_label
 from ctrlrun.runtime.receipts import Verdict, describe, receipt_draft
 from ctrlrun.runtime.reconcile import Reconcile
-from ctrlrun.store.protocol import Started, StateStore
+from ctrlrun.store.protocol import FinishRequest, Started, StateStore
 
 log = logging.getLogger("ctrlrun")
 
@@ -154,6 +167,62 @@ def outcome_draft(
         approver=approval.approver if approval else None,
         signatures=approval.signatures if approval else (),
         error=error,
+    )
+
+
+def finish_request(
+    call: InFlight,
+    started: Started,
+    outcome: EffectState,
+    value: Any,
+    error: str | None,
+    *,
+    now: datetime,
+) -> FinishRequest:
+    """The second transaction of ``call``: its outcome, the outcome's event and receipt."""
+    attempt = started.reservation.attempt if started.reservation is not None else None
+    draft = outcome_draft(call, started, OUTCOME_RESULTS[outcome], error, now)
+    data = {"attempt": attempt} if error is None else {"attempt": attempt, "error": error}
+    event = EventDraft(OUTCOME_EVENTS[outcome], call.action.action_id, call.effect_key, data=data)
+    return FinishRequest(
+        action_id=call.action.action_id,
+        receipt=draft,
+        effect_key=call.effect_key,
+        attempt=attempt,
+        outcome=outcome if call.effect_key else None,
+        result=value,
+        error=error,
+        events=(event,),
+    )
+
+
+def refused_event(call: InFlight, exc: Refused) -> EventDraft:
+    """The event of a call the first transaction refused: ``APPROVAL_INVALIDATED`` naming the
+    approval, or ``EFFECT_RESERVATION_REFUSED`` with the record's state or the templates."""
+    if isinstance(exc, ApprovalMismatch):  # the approval named, for `ctrlrun inspect`
+        data = {"reason": str(exc.reason)}
+        kind, approval_id = EventType.APPROVAL_INVALIDATED, exc.approval_id
+        return EventDraft(kind, call.action.action_id, call.effect_key, approval_id, data)
+    data = {"reason": str(exc.reason)}
+    if isinstance(exc, DuplicateEffect):
+        data["state"] = str(exc.state)
+    if isinstance(exc, EffectTemplateChanged):
+        data.update(remembered=exc.remembered, presented=exc.presented)
+    kind = EventType.EFFECT_RESERVATION_REFUSED
+    return EventDraft(kind, call.action.action_id, call.effect_key, None, data)
+
+
+def approval_required(call: InFlight, record: ApprovalRecord) -> ApprovalRequired:
+    """The refusal of a call that waits for a person: the request and the command to run."""
+    return ApprovalRequired(
+        f"{call.action.name} needs a human:"
+        f" `{command_line('ctrlrun', 'approve', record.approval_id)}`; once granted, the"
+        " identical call runs",
+        request_id=record.approval_id,
+        action_id=call.action.action_id,
+        action_hash=record.action_hash,
+        expires_at=record.expires_at,
+        summary=summarize(call.action),
     )
 
 

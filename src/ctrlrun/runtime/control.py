@@ -23,15 +23,12 @@ from typing import Any, NoReturn
 
 from ctrlrun._time import Clock, check_positive, utc_now
 from ctrlrun.canonical import new_id
-from ctrlrun.display import command_line
 from ctrlrun.errors import (
     ActionDenied,
     AlreadyCommitted,
     AmbiguousEffect,
     ApprovalMismatch,
-    ApprovalRequired,
     DenyReason,
-    DuplicateEffect,
     EffectKeyError,
     EffectTemplateChanged,
     InvalidArgument,
@@ -51,7 +48,7 @@ from ctrlrun.kernel.approval import (
 )
 from ctrlrun.kernel.approval_rules import DEFAULT_RULES, ApprovalRules
 from ctrlrun.kernel.effect import DEFAULT_LEASE, EffectState
-from ctrlrun.kernel.event import EventDraft, EventType
+from ctrlrun.kernel.event import EventDraft
 from ctrlrun.kernel.policy import ActionPolicy, Decision, Policy
 from ctrlrun.kernel.protection import FindingKind, plan_protection
 from ctrlrun.kernel.receipt import Receipt, ReceiptResult
@@ -60,16 +57,16 @@ from ctrlrun.kernel.text import check_label
 from ctrlrun.runtime.approvals import Approvals
 from ctrlrun.runtime.assess import Assessment, assess
 from ctrlrun.runtime.call import (
-    OUTCOME_EVENTS,
-    OUTCOME_RESULTS,
     CallSpec,
     InFlight,
+    approval_required,
     check_size,
     committed_receipt,
     denied_event,
+    finish_request,
     make_spec,
-    outcome_draft,
     outcome_refused_draft,
+    refused_event,
     summarize,
     template_source,
     unrecorded,
@@ -81,7 +78,7 @@ from ctrlrun.runtime.receipts import Verdict, describe, evaluated, proposed, rec
 from ctrlrun.runtime.reconcile import Reconcile, reconcile_blocked
 from ctrlrun.runtime.sinks import Sink, emit, emit_approval
 from ctrlrun.runtime.tracing import CallTracer, traced
-from ctrlrun.store.protocol import FinishRequest, Started, StartRequest, StateStore
+from ctrlrun.store.protocol import Started, StartRequest, StateStore
 
 log = logging.getLogger("ctrlrun")
 
@@ -389,17 +386,7 @@ class Control:
         return self._ask(call, entry.approval if entry is not None else DEFAULT_RULES)
 
     def _request_approval(self, call: InFlight, rules: ApprovalRules) -> NoReturn:
-        record = self._ask(call, rules)
-        raise ApprovalRequired(
-            f"{call.action.name} needs a human:"
-            f" `{command_line('ctrlrun', 'approve', record.approval_id)}`; once granted, the"
-            " identical call runs",
-            request_id=record.approval_id,
-            action_id=call.action.action_id,
-            action_hash=record.action_hash,
-            expires_at=record.expires_at,
-            summary=summarize(call.action),
-        )
+        raise approval_required(call, self._ask(call, rules))
 
     def _ask(self, call: InFlight, rules: ApprovalRules) -> ApprovalRecord:
         action = call.action.to_dict()
@@ -460,26 +447,15 @@ class Control:
             self._refuse_start(call, exc)
 
     def _refuse_start(self, call: InFlight, exc: Refused) -> NoReturn:
-        result = ReceiptResult.BLOCKED
-        approval_id = None
-        if isinstance(exc, ApprovalMismatch):
-            kind, data = EventType.APPROVAL_INVALIDATED, {"reason": str(exc.reason)}
-            approval_id = exc.approval_id  # which approval was refused, for `ctrlrun inspect`
-            if exc.reason is MismatchReason.EXPIRED:
-                self._emit_expired(approval_id)
-        elif isinstance(exc, ActionDenied) and exc.reason is DenyReason.APPROVAL_DENIED:
+        if isinstance(exc, ActionDenied) and exc.reason is DenyReason.APPROVAL_DENIED:
             self._refuse(call, exc, ReceiptResult.DENIED, denied_event(call, exc))
-        else:
-            if isinstance(exc, AlreadyCommitted) and exc.receipt_id is None:
-                exc.receipt_id = committed_receipt(self.store, exc.effect_key)
-            kind, data = EventType.EFFECT_RESERVATION_REFUSED, {"reason": str(exc.reason)}
-            if isinstance(exc, DuplicateEffect):
-                data["state"] = str(exc.state)
-            if isinstance(exc, EffectTemplateChanged):
-                exc.action_id = call.action.action_id
-                data.update(remembered=exc.remembered, presented=exc.presented)
-        event = EventDraft(kind, call.action.action_id, call.effect_key, approval_id, data)
-        self._refuse(call, exc, result, event)
+        if isinstance(exc, ApprovalMismatch) and exc.reason is MismatchReason.EXPIRED:
+            self._emit_expired(exc.approval_id)
+        if isinstance(exc, AlreadyCommitted) and exc.receipt_id is None:
+            exc.receipt_id = committed_receipt(self.store, exc.effect_key)
+        if isinstance(exc, EffectTemplateChanged):
+            exc.action_id = call.action.action_id
+        self._refuse(call, exc, ReceiptResult.BLOCKED, refused_event(call, exc))
 
     def _emit_expired(self, approval_id: str | None) -> None:
         record = self.store.get_approval(approval_id) if approval_id and self._sinks else None
@@ -553,23 +529,8 @@ class Control:
         value: Any,
         exc: BaseException | None,
     ) -> Receipt:
-        attempt = started.reservation.attempt if started.reservation is not None else None
         error = describe(exc) if exc is not None else None
-        draft = outcome_draft(call, started, OUTCOME_RESULTS[outcome], error, self._clock())
-        data = {"attempt": attempt} if error is None else {"attempt": attempt, "error": error}
-        event = EventDraft(
-            OUTCOME_EVENTS[outcome], call.action.action_id, call.effect_key, data=data
-        )
-        request = FinishRequest(
-            action_id=call.action.action_id,
-            receipt=draft,
-            effect_key=call.effect_key,
-            attempt=attempt,
-            outcome=outcome if call.effect_key else None,
-            result=value,
-            error=error,
-            events=(event,),
-        )
+        request = finish_request(call, started, outcome, value, error, now=self._clock())
         try:
             try:
                 receipt = self.store.finish_action(request)

@@ -199,11 +199,10 @@ def finish_request(
 def refused_event(call: InFlight, exc: Refused) -> EventDraft:
     """The event of a call the first transaction refused: ``APPROVAL_INVALIDATED`` naming the
     approval, or ``EFFECT_RESERVATION_REFUSED`` with the record's state or the templates."""
+    data = {"reason": str(exc.reason)}
     if isinstance(exc, ApprovalMismatch):  # the approval named, for `ctrlrun inspect`
-        data = {"reason": str(exc.reason)}
         kind, approval_id = EventType.APPROVAL_INVALIDATED, exc.approval_id
         return EventDraft(kind, call.action.action_id, call.effect_key, approval_id, data)
-    data = {"reason": str(exc.reason)}
     if isinstance(exc, DuplicateEffect):
         data["state"] = str(exc.state)
     if isinstance(exc, EffectTemplateChanged):

@@ -268,7 +268,8 @@ class Control:
         one) names arguments that a function protected as ``name`` with ``parameters`` (and
         its own ``effect`` and ``resource`` templates) lacks. Decided once per policy and
         function shape."""
-        policy = policy or self.policy
+        if policy is None:
+            policy = self.policy
         key = (policy.policy_hash, name, parameters, effect, resource)
         misfits = self._fits.get(key)
         if misfits is None:
@@ -299,7 +300,8 @@ class Control:
         first transaction), all under one policy (a file re-read by another thread meanwhile
         applies from the next call). Raises the refusal, recorded with its receipt."""
         check_size(action, self.max_argument_bytes)
-        policy = policy or self.refresh_policy()
+        if policy is None:
+            policy = self.refresh_policy()
         action = normalized(policy, action)
         started_at = self._clock()
         entry = policy.entry(action.name)

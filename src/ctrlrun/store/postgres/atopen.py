@@ -87,8 +87,9 @@ class PgHistory:
         return [str(r["name"]) for r in rows]
 
     def applied(self) -> tuple[str, ...]:
-        if VERSION_TABLE not in self._tables():
-            return ()
+        return self._recorded() if VERSION_TABLE in self._tables() else ()
+
+    def _recorded(self) -> tuple[str, ...]:
         rows = self.conn.execute(self.queries["schema_version_list"])
         return tuple(str(r["migration_id"]) for r in rows)
 
@@ -103,8 +104,9 @@ class PgHistory:
             yield
 
     def apply(self, migration_id: str, sql: str) -> None:
-        applied = self.applied()
-        if not applied and VERSION_TABLE not in self._tables():
+        exists = VERSION_TABLE in self._tables()
+        applied = self._recorded() if exists else ()
+        if not exists:  # the first migration creates the history, then holds its lock
             self.conn.execute(self.queries["schema_version_create"])
             self.conn.execute(self.queries["schema_version_lock"])
         try:

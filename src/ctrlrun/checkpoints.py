@@ -149,7 +149,7 @@ def checkpoint_heads(
 def verify_store(store: StateStore, checkpoints: Sequence[Checkpoint] | None) -> ChainReport:
     """``store.verify_chain`` against the heads of ``checkpoints`` (None: without any)."""
     heads = None if checkpoints is None else checkpoint_heads(checkpoints)
-    return store.verify_chain(heads)
+    return store.verify_chain(checkpoints=heads)
 
 
 def _refuse_broken(report: ChainReport, operation: str) -> None:

@@ -54,7 +54,7 @@ def signed(backend, tmp_path):
 
 def judged(backend, file: Path):
     heads = checkpoint_heads(load_checkpoints(file, OPERATOR_KEY))
-    return backend.open().verify_chain(heads)
+    return backend.open().verify_chain(checkpoints=heads)
 
 
 def found(report) -> list[tuple[str, int | None]]:
@@ -154,6 +154,6 @@ def test_a_checkpoint_of_an_empty_store_states_genesis(backend, tmp_path):
     store = backend.open()
     made = make_checkpoint(store, OPERATOR_PEM, file=tmp_path / "c", now=T0)
     assert made.heads[0].head == store.chain_head() == ChainHead(0, made.heads[0].hash)
-    assert store.verify_chain(checkpoint_heads((made,))).ok
+    assert store.verify_chain(checkpoints=checkpoint_heads((made,))).ok
     later = make_checkpoint(store, OPERATOR_PEM, file=tmp_path / "c", now=T0 + timedelta(1))
     assert [c.time for c in load_checkpoints(tmp_path / "c", OPERATOR_KEY)] == [T0, later.time]

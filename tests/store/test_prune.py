@@ -66,7 +66,7 @@ def test_prune_removes_what_the_checkpoint_covers_and_the_rest_verifies_from_it(
     assert [r.seq for r in store.receipts()] == [6, 7]
     assert store.chain_anchor() == ChainHead(5, first.heads[0].hash)
     for checkpoints in (None, checkpoint_heads(proven(file))):
-        report = store.verify_chain(checkpoints)
+        report = store.verify_chain(checkpoints=checkpoints)
         assert report.ok and report.anchor.seq == 5 and report.head == head
     # the store keeps the signed statement it anchored at, for an auditor without the file
     assert store.read(lambda txn: txn.all("anchor_list", {}))[0]["statement"] == first.statement
@@ -90,10 +90,10 @@ def test_prune_removes_nothing_younger_than_the_last_checkpoint(history):
     store, file, _ = history
     done = prune(store, store_time(store) + timedelta(days=1), proven(file))
     assert done.anchor.seq == 7 and store.receipts() == ()
-    assert store.verify_chain(checkpoint_heads(proven(file))).ok
+    assert store.verify_chain(checkpoints=checkpoint_heads(proven(file))).ok
     store.record((), receipt(8))  # the chain goes on from the anchor
     assert [r.seq for r in store.receipts()] == [8]
-    assert store.verify_chain(checkpoint_heads(proven(file))).ok
+    assert store.verify_chain(checkpoints=checkpoint_heads(proven(file))).ok
 
 
 def store_time(store):
@@ -127,6 +127,6 @@ def test_an_anchor_no_checkpoint_states_is_named(history, backend):
         f"UPDATE receipt_anchor SET seq = 6, hash = '{sixth.hash}' WHERE partition_id = 0",
     )
     assert store.verify_chain().ok  # the store alone cannot tell
-    report = store.verify_chain(checkpoint_heads(proven(file)))
+    report = store.verify_chain(checkpoints=checkpoint_heads(proven(file)))
     found = [(str(b.kind), b.seq) for b in report.breaks]
     assert found == [("anchor_unproven", 6)]

@@ -230,7 +230,7 @@ class SQLStore:
         rows = [r for r in self._rows("anchor_list") if int(r["partition_id"]) == 0]
         return ChainHead(int(rows[0]["seq"]), rows[0]["hash"]) if rows else None
 
-    def verify_chain(self, checkpoints: Sequence[ChainHead] | None = None) -> ChainReport:
+    def verify_chain(self, *, checkpoints: Sequence[ChainHead] | None = None) -> ChainReport:
         """See ``StateStore.verify_chain``. The rows and the anchor are judged against a head
         read on both sides of them (a receipt appended in between would otherwise look like a
         ``head_mismatch``); after a few moving tries the last read is judged as it stands."""

@@ -226,7 +226,7 @@ class StateStore(Protocol):
         remaining receipt links to; None when it starts at genesis (never pruned)."""
         ...
 
-    def verify_chain(self, checkpoints: Sequence[ChainHead] | None = None) -> ChainReport:
+    def verify_chain(self, *, checkpoints: Sequence[ChainHead] | None = None) -> ChainReport:
         """Every break of the receipt chain by kind and seq, walked from ``chain_anchor``;
         with ``checkpoints`` (the heads signed checkpoints state, already verified:
         ``ctrlrun.checkpoints.load_checkpoints``) also a cut tail, a rewound head, a rewrite

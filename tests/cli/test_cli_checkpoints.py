@@ -187,3 +187,22 @@ def test_the_options_go_together(setup):
     usage(setup.cli("prune", "--before", TOMORROW), "prune needs --checkpoints")
     usage(setup.cli("prune", "--before", "last tuesday"), "is not a date")
     refused(setup.cli("checkpoint", "--key", str(setup.key), "--file", "f", "--origin", "a b"))
+
+
+def test_checkpoint_also_posts_to_a_webhook(setup):
+    from support.webhook_receiver import Receiver
+
+    receiver = Receiver()
+    url = receiver.start()
+    try:
+        args = ("--key", str(setup.key), "--file", str(setup.file), "--webhook", url)
+        made = setup.cli("checkpoint", *args)
+        assert made.exit_code == 0, made.output
+        assert made.stdout.splitlines()[-1] == f"appended to {setup.file}, {url}, the store"
+        [received] = receiver.received
+        assert received.body["statement"] == setup.file.read_text()[:-1]
+        receiver.statuses.append(500)
+        refused(setup.cli("checkpoint", *args), "could not be appended to", "500")
+    finally:
+        receiver.stop()
+    refused(setup.cli("checkpoint", *args[:4], "--webhook", "ftp://x"), "http(s) URL")

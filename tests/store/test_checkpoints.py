@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from ctrlrun.checkpoints import (
+    WebhookSink,
     checkpoint_heads,
     load_checkpoints,
     make_checkpoint,
@@ -21,6 +22,7 @@ from ctrlrun.checkpoints import (
 from ctrlrun.errors import ChainRefusal, ChainRefused, CheckpointInvalid, CheckpointReason
 from ctrlrun.kernel.receipt import ChainHead, describe
 from ctrlrun.kernel.signing import generate
+from support.webhook_receiver import Receiver
 
 OPERATOR_PEM, OPERATOR_KEY = generate()
 MALLORY_PEM, MALLORY_KEY = generate()
@@ -157,3 +159,27 @@ def test_a_checkpoint_of_an_empty_store_states_genesis(backend, tmp_path):
     assert store.verify_chain(checkpoints=checkpoint_heads((made,))).ok
     later = make_checkpoint(store, OPERATOR_PEM, file=tmp_path / "c", now=T0 + timedelta(1))
     assert [c.time for c in load_checkpoints(tmp_path / "c", OPERATOR_KEY)] == [T0, later.time]
+
+
+def test_a_webhook_gets_the_statement_and_one_that_fails_keeps_it_out_of_the_store(
+    backend, tmp_path
+):
+    receiver = Receiver()
+    sink = WebhookSink(receiver.start())
+    try:
+        store = backend.open()
+        append(store, 1, 2)
+        file = tmp_path / "checkpoints"
+        made = make_checkpoint(store, OPERATOR_PEM, file=file, sinks=[sink], now=T0)
+        assert [r.body for r in receiver.received] == [
+            {"type": "ctrlrun.checkpoint", "origin": "ctrlrun", "statement": made.statement}
+        ]
+        receiver.statuses.append(503)
+        with pytest.raises(ChainRefused) as refused:
+            make_checkpoint(store, OPERATOR_PEM, file=file, sinks=[sink], now=T0)
+        assert refused.value.reason is ChainRefusal.SINK_FAILED
+        assert "the store was not written" in refused.value.message
+        assert stored_checkpoints(store) == (made.statement,)
+        assert len(load_checkpoints(file, OPERATOR_KEY)) == 2  # the file, written first, has it
+    finally:
+        receiver.stop()

@@ -222,18 +222,20 @@ def verified(
     statements: Sequence[Statement], public_key: str, origin: str | None = None
 ) -> tuple[Checkpoint, ...]:
     """The checkpoints of ``statements`` (of ``origin`` only, when given), each proven by a
-    signature of ``public_key`` over its body. Any statement considered that the key did not
-    sign, or whose signature does not verify, refuses them all (``CheckpointInvalid``);
-    statements of several origins with no ``origin`` chosen are refused too."""
+    signature of ``public_key`` over its body. Every statement is proven, whatever its origin
+    (an edited origin must not hide a checkpoint): one the key did not sign, or whose
+    signature does not verify, refuses them all (``CheckpointInvalid``); statements of several
+    origins with no ``origin`` chosen are refused too."""
     signer = key_id(public_key)
-    chosen = [s for s in statements if origin is None or s.checkpoint.origin == origin]
-    origins = sorted({s.checkpoint.origin for s in chosen})
+    proven = [_proven(statement, public_key, signer) for statement in statements]
+    chosen = tuple(c for c in proven if origin is None or c.origin == origin)
+    origins = sorted({c.origin for c in chosen})
     if len(origins) > 1:
         raise CheckpointInvalid(
             f"the checkpoints are of several origins ({', '.join(origins)}); choose one",
             reason=CheckpointReason.MIXED_ORIGINS,
         )
-    return tuple(_proven(statement, public_key, signer) for statement in chosen)
+    return chosen
 
 
 def _proven(statement: Statement, public_key: str, signer: str) -> Checkpoint:

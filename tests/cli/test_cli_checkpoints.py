@@ -187,6 +187,9 @@ def test_the_options_go_together(setup):
     usage(setup.cli("prune", "--before", TOMORROW), "prune needs --checkpoints")
     usage(setup.cli("prune", "--before", "last tuesday"), "is not a date")
     refused(setup.cli("checkpoint", "--key", str(setup.key), "--file", "f", "--origin", "a b"))
+    setup.key.write_bytes(b"not a key")
+    refused(setup.checkpoint(), "not an unencrypted PEM private key")
+    assert not setup.file.exists()
 
 
 def test_checkpoint_also_posts_to_a_webhook(setup):

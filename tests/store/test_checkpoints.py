@@ -183,3 +183,19 @@ def test_a_webhook_gets_the_statement_and_one_that_fails_keeps_it_out_of_the_sto
         assert len(load_checkpoints(file, OPERATOR_KEY)) == 2  # the file, written first, has it
     finally:
         receiver.stop()
+
+
+def test_a_lost_tail_whose_seqs_were_reused_is_named(signed):
+    # issue 30's async failover: the new primary lacks receipts 4..8 that callers already
+    # hold, and its own next receipts take those seqs; the chain alone verifies
+    backend, file = signed
+    rows = backend.open().receipts()
+    backend.tamper(
+        "DELETE FROM receipts WHERE seq > 3",
+        f"UPDATE receipt_chain SET seq = 3, hash = '{rows[2].hash}' WHERE id = 1",
+    )
+    store = backend.open()
+    for index in range(4, 10):
+        store.record((), {"receipt_id": f"other_{index}", "action_id": "x", "result": "denied"})
+    assert store.verify_chain().ok
+    assert found(judged(backend, file)) == [("checkpoint_mismatch", 5)]

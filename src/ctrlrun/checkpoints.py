@@ -48,6 +48,7 @@ from ctrlrun.kernel.checkpoint import (
 from ctrlrun.kernel.receipt import ChainHead, ChainReport, describe
 from ctrlrun.store.ops import Txn
 from ctrlrun.store.protocol import StateStore
+from ctrlrun.store.stats import refresh_stats
 
 __all__ = [
     "DEFAULT_ORIGIN",
@@ -260,7 +261,8 @@ def prune(store: StateStore, before: datetime, checkpoints: Sequence[Checkpoint]
     seq ≤ its seq are deleted, and the events of their actions older than it — never an
     event of an action that keeps a receipt, of an open (pending or granted) approval, or of
     an effect not settled; no effect record or approval is touched; and the anchor is set to
-    the checkpoint's ``(seq, hash)`` with its signed statement."""
+    the checkpoint's ``(seq, hash)`` with its signed statement. The stats rollup is brought up
+    to date first, so ``ctrlrun stats`` still counts what was pruned."""
     report = verify_store(store, checkpoints)
     _refuse_broken(report, "prune")
     candidates = [c for c in checkpoints if c.time < before and c.heads[0].seq > report.anchor.seq]
@@ -272,6 +274,9 @@ def prune(store: StateStore, before: datetime, checkpoints: Sequence[Checkpoint]
             operation="prune",
         )
     chosen = max(candidates, key=lambda c: (c.heads[0].seq, c.time))
+    # `ctrlrun stats` counts from a rollup of the receipts: fold what it has not reached yet
+    # (everything up to today's head, beyond the anchor), so pruned receipts stay counted
+    refresh_stats(store)
     return store.transact(lambda txn: _prune_in_txn(txn, chosen))
 
 

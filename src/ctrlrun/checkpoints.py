@@ -184,7 +184,7 @@ def make_checkpoint(
     statement in more places proves nothing false) and the store is not written."""
     public_key = signing.public_key_text(private_key_pem)
     outside: list[Sink] = []
-    earlier: tuple[Checkpoint, ...] = ()
+    earlier: tuple[Checkpoint, ...] | None = None  # a first checkpoint has none to match
     if file is not None:
         outside.append(FileSink(file))
         if Path(file).exists():

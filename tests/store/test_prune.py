@@ -132,3 +132,15 @@ def test_an_anchor_no_checkpoint_states_is_named(history, backend):
     report = store.verify_chain(checkpoints=checkpoint_heads(proven(file)))
     found = [(str(b.kind), b.seq) for b in report.breaks]
     assert found == [("anchor_unproven", 6)]
+
+
+def test_checkpoints_go_on_after_a_prune(history, tmp_path, clock):
+    store, file, first = history
+    prune(store, first.time + SECOND, proven(file))
+    store.record((), receipt(8))
+    later = make_checkpoint(store, OPERATOR_PEM, file=file, now=clock())  # the same file
+    assert later.heads[0].seq == 8
+    fresh = make_checkpoint(store, OPERATOR_PEM, file=tmp_path / "new", now=clock())
+    assert fresh.heads[0].head == later.heads[0].head  # a new file starts from the head
+    report = store.verify_chain(checkpoints=checkpoint_heads(proven(file)))
+    assert report.ok and report.checkpointed == later.heads[0].head

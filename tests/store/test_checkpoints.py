@@ -199,3 +199,24 @@ def test_a_lost_tail_whose_seqs_were_reused_is_named(signed):
         store.record((), {"receipt_id": f"other_{index}", "action_id": "x", "result": "denied"})
     assert store.verify_chain().ok
     assert found(judged(backend, file)) == [("checkpoint_mismatch", 5)]
+
+
+def test_a_chain_growing_while_it_is_read_is_judged_as_of_the_first_head(backend, tmp_path):
+    # an agent appends right after every read of the rows, before the head is read again (a
+    # real second handle, at the point in the verification where a busy store's writers land)
+    store, agent = backend.open(), backend.open()
+    append(store, 1, 3)
+    rows_of = store._rows
+    appended = iter(range(100, 200))
+
+    def busy(query, params=None):
+        found = rows_of(query, params)
+        if query == "receipt_list_verify":
+            append(agent, next(appended), 1)
+        return found
+
+    store._rows = busy
+    report = store.verify_chain()
+    assert report.ok and (report.head.seq, report.verified) == (3, 3)
+    made = make_checkpoint(store, OPERATOR_PEM, file=tmp_path / "c", now=T0)
+    assert made.heads[0].seq == 4  # a scheduled checkpoint is not refused by a busy store

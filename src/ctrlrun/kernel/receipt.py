@@ -306,6 +306,19 @@ def verify_chain(
     return ChainReport(tuple(breaks), verified, len(rows), head, start, newest)
 
 
+def as_of_head(
+    rows: Sequence[StoredReceipt], before: ChainHead | None, after: ChainHead | None
+) -> list[StoredReceipt]:
+    """The rows to judge against ``before``, the head read before them, when ``after`` (read
+    after them) moved on: the receipts in ``(before.seq, after.seq]`` were appended while the
+    rows were read, and are left out (every receipt up to ``before.seq`` committed before it
+    was read, so none is missing). Rows beyond ``after`` and rows without a seq stay: no
+    writer put them there. When the head did not move, every row."""
+    if before is None or after is None or after.seq <= before.seq:
+        return list(rows)
+    return [r for r in rows if r.seq is None or not before.seq < r.seq <= after.seq]
+
+
 def _against_checkpoints(
     chained: Sequence[StoredReceipt],
     last_seq: int,

@@ -120,13 +120,15 @@ class Refused(CtrlrunError):
 
 
 class ActionDenied(Refused):
-    """The action may not run. ``reason`` is a ``DenyReason``; ``rule`` the deciding rule index."""
+    """The action may not run. ``reason`` is a ``DenyReason``; ``rule`` the deciding rule index;
+    ``approver_reason`` what the person who denied exactly this call wrote, if anything."""
 
     _model_text = "Not allowed: the action was refused ({reason}). Do not retry it."
 
     reason: DenyReason
     action_id: str | None
     rule: int | None
+    approver_reason: str | None
 
     def __init__(
         self,
@@ -135,8 +137,22 @@ class ActionDenied(Refused):
         reason: DenyReason,
         action_id: str | None = None,
         rule: int | None = None,
+        approver_reason: str | None = None,
     ) -> None:
-        super().__init__(message, reason=reason, action_id=action_id, rule=rule)
+        fields: dict[str, Any] = {"action_id": action_id, "rule": rule}
+        if approver_reason is not None:  # the field exists only where a person gave one
+            fields["approver_reason"] = approver_reason
+        super().__init__(message, reason=reason, **fields)
+
+    def for_model(self) -> str:
+        """The refusal; a person's denial carries what they wrote, so the model can say why."""
+        why = self.fields().get("approver_reason")
+        if why is None:
+            return super().for_model()
+        return (
+            f"Not allowed: a person denied this exact call. Their reason: {_clip(str(why))}"
+            " Do not retry it; tell the user."
+        )
 
 
 class EffectKeyError(ActionDenied):

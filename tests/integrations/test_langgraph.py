@@ -142,3 +142,16 @@ def test_a_lost_reply_is_ambiguous_and_the_model_s_retry_is_refused(control, ran
     assert "unknown" in first.lower() and ran == ["pay_1"]
     assert store.get_effect("refund:pay_1").state is ctrlrun.EffectState.AMBIGUOUS
     assert "ambiguous" in second.lower() or "unknown" in second.lower()
+
+
+@pytest.mark.parametrize("amount", [200_000, 300_000], ids=["identical", "same-key"])
+def test_a_committed_key_is_answered_without_interrupting(
+    refund, ran, mode, store, committed_big, amount
+):
+    request_id = committed_big()
+    graph = agent(model(("refund", {"payment_id": "pay_big", "amount": amount})), refund)
+    result = invoke(graph, mode, ask("refund pay_big again"))
+    assert "__interrupt__" not in result  # nobody is asked
+    [text] = tool_texts(result)
+    assert text.startswith("Already done") and 'its result was "refunded 200000"' in text
+    assert [a.approval_id for a in store.list_approvals()] == [request_id] and ran == []

@@ -101,3 +101,13 @@ def test_a_lost_reply_is_ambiguous_and_the_model_s_retry_is_refused(control, ran
     assert "unknown" in first.lower() and ran == ["pay_1"]
     assert store.get_effect("refund:pay_1").state is ctrlrun.EffectState.AMBIGUOUS
     assert second != first and ("ambiguous" in second.lower() or "unknown" in second.lower())
+
+
+@pytest.mark.parametrize("amount", [200_000, 300_000], ids=["identical", "same-key"])
+def test_a_committed_key_is_answered_without_pausing(tool, ran, store, committed_big, amount):
+    request_id = committed_big()
+    result = asyncio.run(Runner.run(agent(tool, {"payment_id": "pay_big", "amount": amount}), "go"))
+    assert result.interruptions == []  # nobody is asked
+    [text] = tool_outputs(result)
+    assert text.startswith("Already done") and 'its result was "refunded 200000"' in text
+    assert [a.approval_id for a in store.list_approvals()] == [request_id] and ran == []

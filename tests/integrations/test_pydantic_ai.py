@@ -121,3 +121,13 @@ def test_a_lost_reply_is_ambiguous_and_the_model_s_retry_is_refused(control, ran
     assert ran == ["pay_1"]  # the retry never reached the provider
     assert store.get_effect("refund:pay_1").state is ctrlrun.EffectState.AMBIGUOUS
     assert "unknown" in result.output.lower()
+
+
+@pytest.mark.parametrize("amount", [200_000, 300_000], ids=["identical", "same-key"])
+def test_a_committed_key_is_answered_without_deferring(toolset, ran, store, committed_big, amount):
+    request_id = committed_big()
+    agent = agent_for(scripted(("refund", {"payment_id": "pay_big", "amount": amount})), toolset)
+    result = asyncio.run(agent.run("refund pay_big again"))
+    assert not isinstance(result.output, DeferredToolRequests)  # nobody is asked
+    assert result.output.startswith("Already done") and "refunded 200000" in result.output
+    assert [a.approval_id for a in store.list_approvals()] == [request_id] and ran == []

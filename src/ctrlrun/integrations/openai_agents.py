@@ -7,7 +7,9 @@ only: ``function_tool`` and ``dataclasses.replace``). Enforcement stays in the f
 
 * ``needs_approval`` asks the policy (``control.evaluate``, arguments with the function's
   defaults applied, as the call will have them): ``approve`` with no usable grant pauses the
-  run, and the pause makes the hash-bound request (``control.request_approval``), the same one
+  run (unless the effect key already committed, is in progress or is AMBIGUOUS: then nobody
+  is asked and the call answers the refusal, ``AlreadyCommitted`` with the stored result),
+  and the pause makes the hash-bound request (``control.request_approval``), the same one
   every identical call shares. A person grants it through ctrlrun, the app approves the SDK's
   interruption (``state.approve(item)``) and resumes; the identical call finds the grant and runs
   once.
@@ -62,8 +64,8 @@ def guarded_tool(
 
         def decide() -> bool:
             answer = control.evaluate(action, arguments_of(params), who)
-            if answer.decision is not Decision.APPROVE or answer.approved:
-                return False  # anything else is decided (and enforced) inside the call
+            if answer.decision is not Decision.APPROVE or answer.approved or answer.refusal:
+                return False  # decided (and enforced) inside the call: nobody is asked
             control.request_approval(answer.action)
             return True
 

@@ -338,6 +338,25 @@ class AmbiguousEffect(Refused):
         super().__init__(message, reason="ambiguous", effect_key=effect_key, action_id=action_id)
 
 
+class RefusalLoop(Refused):
+    """A model kept making one refused call: after ``refusals`` identical refused calls of
+    ``tool`` in one run, a framework adapter's brake ends the run (``reason`` is
+    ``"refusal_loop"``; ``last`` is the last refusal's text for the model)."""
+
+    tool: str
+    refusals: int
+    last: str
+    _model_text = (
+        "Stopped: this exact call was refused {refusals} times in this run, so the run is"
+        " ended. Do not retry it; tell the user why it was refused: {last}"
+    )
+
+    def __init__(self, message: str, *, tool: str, refusals: int, last: str) -> None:
+        super().__init__(
+            message, reason="refusal_loop", tool=tool, refusals=refusals, last=_clip(last)
+        )
+
+
 # --- the executor's signal ---------------------------------------------------------------
 
 

@@ -194,3 +194,20 @@ def test_the_gateway_decides_each_call_under_one_read_of_the_policy(tmp_path, mo
     assert second.is_error and text(second).startswith("Not allowed")  # the edit, next call
     assert executed == [("pay_1", 5)]
     assert receipts[0]["policy_hash"] == allow_hash != receipts[1]["policy_hash"]
+
+
+def test_a_denial_tells_the_model_the_approver_s_reason(control, store):
+    executed = []
+
+    async def work(client):
+        try:
+            await client.call_tool("refund", {"payment_id": "pay_no", "amount": 5000})
+        except MCPError as raised:
+            assert raised.error.code == -32042
+        [request] = store.list_approvals()
+        control.approvals.deny(request.approval_id, "carol", "the bank already refunded it")
+        return await client.call_tool("refund", {"payment_id": "pay_no", "amount": 5000})
+
+    denied = serve(control, refund_server(executed), work)
+    assert denied.is_error and "the bank already refunded it" in text(denied)
+    assert REQUEST_META not in (denied.meta or {}) and executed == []

@@ -160,8 +160,10 @@ def answer_approval_in_txn(
     """A denial: PENDING → DENIED (its ``reason`` on the ``APPROVAL_DENIED`` event). A grant:
     one more ``approval_grants`` row (``plan_grant``: not the requester, not twice by one
     approver); the grant that makes the distinct approvers enough moves it to GRANTED. A
-    lost race is ``answered``."""
-    record = get_approval_in_txn(txn, approval_id)
+    lost race is ``answered``. The request's row is locked first (``approval_get_locked``),
+    so simultaneous grants are counted one after another: each sees every grant before it."""
+    row = txn.one("approval_get_locked", {"approval_id": approval_id})
+    record = None if row is None else approval_from_row(row, txn.read_ts)
     _apply_refusal(txn, record, plan_answer(record, approval_id=approval_id, now=txn.now))
     assert record is not None
     data: dict[str, object] = {"approver": approver}

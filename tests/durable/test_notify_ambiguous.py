@@ -1,12 +1,14 @@
 """``notify: [{…, events: [ambiguous]}]``: a call whose outcome is unknown announces its new
 AMBIGUOUS effect through the outbox, in the outcome's own transaction, to the targets told of
 ``ambiguous`` only, with what a person needs to ask the provider, the resolve commands
-shell-quoted and a console link; ``ctrlrun notify`` prints the webhook-id the receiver sees.
+shell-quoted and a console link — and so does a lapsed lease a later call finds (the holder
+died mid-call); ``ctrlrun notify`` prints the webhook-id the receiver sees.
 Sync and async, both stores, a real receiver on 127.0.0.1."""
 
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import quote
 
@@ -14,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 import ctrlrun
-from ctrlrun import Control
+from ctrlrun import AmbiguousEffect, Control
 from ctrlrun.cli import main
 from ctrlrun.config import load_policy_text
 from ctrlrun.conformance.store.backends import with_schema
@@ -24,6 +26,7 @@ from ctrlrun.durable.outbox import Outbox
 from ctrlrun.kernel.effect import EffectState, idempotency_token_for
 from ctrlrun.kernel.notify import AMBIGUOUS_TOPIC
 from ctrlrun.kernel.outbox import MessageStatus
+from ctrlrun.store.protocol import StartRequest
 from support.webhook_receiver import SECRET, Receiver
 
 POLICY = """\
@@ -151,3 +154,49 @@ def test_the_cli_prints_the_webhook_id_the_receiver_sees(
     printed = sorted(line.split("webhook-id ")[1].split()[0] for line in result.output.splitlines())
     assert printed == sorted(r.headers["webhook-id"] for r in receiver.received)
     assert len(printed) == 2 and receiver.url not in result.output
+
+
+def hold_and_lapse(backend) -> None:
+    """A process that reserved the key and died mid-call: its lease lapses, nothing recorded."""
+    held = StartRequest(action_id="act_holder", effect_key=KEY, lease=timedelta(seconds=30))
+    backend.store.start_action(held)
+    backend.pass_time(timedelta(minutes=1))
+
+
+def retry_sync(control):
+    @ctrlrun.protect("stripe.refund", control=control)
+    def refund(payment_id: str, amount: int):
+        raise AssertionError("a lapsed key must not run again")
+
+    with ctrlrun.context("support-bot"), pytest.raises(AmbiguousEffect):
+        refund(PAYMENT, 250000)
+
+
+def retry_async(control):
+    @ctrlrun.protect("stripe.refund", control=control)
+    async def refund(payment_id: str, amount: int):
+        raise AssertionError("a lapsed key must not run again")
+
+    async def call():
+        with ctrlrun.context("support-bot"):
+            await refund(PAYMENT, 250000)
+
+    with pytest.raises(AmbiguousEffect):
+        asyncio.run(call())
+
+
+@pytest.mark.parametrize("run", [retry_sync, retry_async], ids=["sync", "async"])
+def test_a_lapsed_lease_found_ambiguous_is_announced(backend, control, receiver, policy_text, run):
+    hold_and_lapse(backend)
+    run(control)
+    assert backend.store.get_effect(KEY).state is EffectState.AMBIGUOUS
+    messages = Outbox(backend.store).list()
+    assert sorted(m.dedupe_key for m in messages) == [f"{KEY}/1/chat", f"{KEY}/1/oncall"]
+    notification_dispatcher(backend.store, targets=load_policy_text(policy_text)).run_once()
+    standard, slack = sorted(receiver.received, key=lambda r: "text" in r.body)
+    data = standard.body["data"]
+    assert standard.body["type"] == "effect.ambiguous" and data["action_id"] == "act_holder"
+    assert data["attempt"] == 1 and "lapsed" in data["summary"] and "lease" in data["error"]
+    assert data["resolve"]["failed"] == command_line("ctrlrun", "resolve", KEY, "--failed")
+    assert data["idempotency_token"] == idempotency_token_for(KEY, 1)
+    assert "lapsed before its outcome was recorded" in slack.body["text"]

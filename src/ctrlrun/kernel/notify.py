@@ -148,6 +148,11 @@ def notices(
     )
 
 
+def told_of(targets: Iterable[NotifyTarget], kind: NotifyKind) -> tuple[NotifyTarget, ...]:
+    """The targets among ``targets`` told of ``kind``."""
+    return tuple(target for target in targets if target.wants(kind))
+
+
 def target_name(payload: dict[str, Any]) -> str | None:
     """The target a message names (a message written before targets were named by name alone
     carries a mapping: only its ``name`` is read, never its URL or secret variable)."""

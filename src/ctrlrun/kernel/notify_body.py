@@ -18,7 +18,7 @@ from urllib.parse import quote
 from ctrlrun._time import encode_instant
 from ctrlrun.display import command_line, escape_text
 from ctrlrun.errors import InvalidArgument
-from ctrlrun.kernel.effect import idempotency_token_for
+from ctrlrun.kernel.effect import EffectRecord, idempotency_token_for
 from ctrlrun.kernel.notify import AMBIGUOUS_EVENT_TYPE, EVENT_TYPE, BodyFormat
 
 _ACTION_KEYS: Final = ("name", "arguments", "principal", "resource", "environment")
@@ -89,6 +89,26 @@ def ambiguous_event(
             },
         },
     }
+
+
+def lapsed_event(
+    record: EffectRecord, *, error: str, detected_by: str, at: datetime
+) -> dict[str, Any]:
+    """The event of an effect found AMBIGUOUS because its holder's lease lapsed before an
+    outcome was recorded (the holder may have died mid-call). The store knows the key, the
+    attempt and the holder's action id, not the call's arguments: ``ctrlrun inspect`` and
+    the console show the rest."""
+    key, attempt = record.effect_key, record.attempt
+    event = ambiguous_event(
+        effect_key=key,
+        attempt=attempt,
+        action={},
+        error=error,
+        summary=f"attempt {attempt} of {key} lapsed before its outcome was recorded",
+        at=at,
+    )
+    event["data"] |= {"action_id": record.action_id, "detected_by": detected_by}
+    return event
 
 
 def console_link(event: dict[str, Any], console_url: str | None) -> str | None:

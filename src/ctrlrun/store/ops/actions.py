@@ -47,6 +47,7 @@ def start_action_in_txn(txn: Txn, request: StartRequest) -> Started:
             lease=request.lease,
             max_attempts=request.max_attempts,
             state=EffectState.EXECUTING if request.execute else EffectState.RESERVED,
+            announce=request.announce_ambiguous,
         )
     own: list[EventDraft] = []
     if approval is not None:

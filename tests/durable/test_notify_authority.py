@@ -197,3 +197,17 @@ def test_the_body_carries_environment_needed_approvers_and_console_link(
     assert f"{link}/#request-{needed.request_id}" in slack.body["text"]
     assert re.search(r"Environment: production \| approvers still needed: 1", slack.body["text"])
     assert {m.topic for m in Outbox(backend.store).list()} == {TOPIC}
+
+
+def test_a_failed_delivery_records_no_url(backend, policy, receiver, delete, caplog):
+    ask(delete)
+    receiver.statuses = [503, 400]
+    with caplog.at_level("DEBUG", logger="ctrlrun"):
+        deliveries = notification_dispatcher(backend.store, targets=policy).run_once()
+    assert {d.status for d in deliveries} == {MessageStatus.PENDING, MessageStatus.FAILED}
+    errors = [m.last_error or "" for m in Outbox(backend.store).list()]
+    assert all(error for error in errors)
+    for text in [*errors, caplog.text]:
+        assert "/hooks/ctrlrun" not in text and SECRET not in text
+    logged = {r.headers["webhook-id"] for r in receiver.received}
+    assert all(f"webhook-id {token}" in caplog.text for token in logged)

@@ -57,6 +57,7 @@ from ctrlrun.errors.documents import (
 )
 from ctrlrun.errors.durable import (
     ClaimLost,
+    NotifyReason,
     OperationInFlight,
     PlanReason,
     PlanRefused,
@@ -87,6 +88,7 @@ __all__ = [
     "MismatchReason",
     "MissingDependency",
     "NotExecuted",
+    "NotifyReason",
     "OperationInFlight",
     "OutcomeUnrecorded",
     "PlanReason",

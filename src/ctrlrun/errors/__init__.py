@@ -63,6 +63,7 @@ from ctrlrun.errors.documents import (
 )
 from ctrlrun.errors.durable import (
     ClaimLost,
+    NotifyReason,
     OperationInFlight,
     PlanReason,
     PlanRefused,
@@ -97,6 +98,7 @@ __all__ = [
     "MismatchReason",
     "MissingDependency",
     "NotExecuted",
+    "NotifyReason",
     "OperationInFlight",
     "OutcomeUnrecorded",
     "PlanReason",

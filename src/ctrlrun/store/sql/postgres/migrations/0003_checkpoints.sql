@@ -1,5 +1,5 @@
 -- Signed checkpoints of the receipt chain, and where the chain starts after a prune
--- (docs/checkpoints.md, decision 0022). Written only by `ctrlrun checkpoint` and `ctrlrun
+-- (docs/checkpoints.md, decision 0023). Written only by `ctrlrun checkpoint` and `ctrlrun
 -- prune` (ctrlrun.checkpoints), never by a protected call: an agent's role needs no
 -- privilege on either table.
 

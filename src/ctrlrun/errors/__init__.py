@@ -61,6 +61,7 @@ from ctrlrun.errors.durable import (
     PlanRefused,
     Undeliverable,
 )
+from ctrlrun.errors.replication import ReplicationReason, ReplicationRefused, StaleTimeline
 
 __all__ = [
     "ActionDenied",
@@ -94,7 +95,10 @@ __all__ = [
     "PreconditionRequired",
     "ProtectionMismatch",
     "Refused",
+    "ReplicationReason",
+    "ReplicationRefused",
     "SchemaMismatch",
+    "StaleTimeline",
     "StoreError",
     "StoreNotFound",
     "Undeliverable",

@@ -1,0 +1,209 @@
+"""A COMMIT whose durability the server did not confirm, on a real synchronous standby.
+
+The standby's walreceiver is frozen (SIGSTOP), so every COMMIT on the primary waits for it;
+the wait is then cancelled from another session (``pg_cancel_backend``), which PostgreSQL
+answers with a *successful* COMMIT and a warning, or outlives the store's ``commit_timeout``.
+Either way the outcome is unknown: a reservation never runs the executor, an outcome is
+``OutcomeUnrecorded``, and a re-read that can confirm replication settles the call.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from typing import Any
+
+import psycopg
+import pytest
+
+import ctrlrun
+from ctrlrun import Control
+from ctrlrun.config import load_policy_text
+from ctrlrun.errors import (
+    AmbiguityReason,
+    AmbiguousWrite,
+    InvalidArgument,
+    OutcomeUnrecorded,
+    ReplicationReason,
+    ReplicationRefused,
+)
+from ctrlrun.kernel.effect import EffectState
+from ctrlrun.postgres import PostgresStateStore
+from ctrlrun.store import open_store
+from support.pg import unique_name
+from support.pg_replica import ReplicatedCluster
+from support.policies import POLICY
+
+from .conftest import Executor, in_thread
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+KEY = "refund:pay_1"
+WAIT = 30.0
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[ReplicatedCluster]:
+    replicated = ReplicatedCluster(sync=True).start()
+    try:
+        yield replicated
+    finally:
+        replicated.stop()
+
+
+@pytest.fixture
+def schema_url(cluster: ReplicatedCluster) -> Iterator[tuple[str, str]]:
+    cluster.resume_standby()
+    name = unique_name("t_")
+    with psycopg.connect(cluster.primary.url, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{name}"')
+    yield cluster.primary.url, name
+    cluster.resume_standby()
+
+
+def protected(store: PostgresStateStore, executor: Any, before: Callable[[], None] | None = None):
+    control = Control(load_policy_text(POLICY), store)
+
+    @ctrlrun.protect("stripe.refund", control=control)
+    def refund(payment_id: str, amount: int) -> Any:
+        if before is not None:
+            before()
+        return executor(payment_id=payment_id)
+
+    def call() -> Any:
+        with ctrlrun.context("bot"):
+            return refund("pay_1", 5)
+
+    return call
+
+
+def cancel_until_done(cluster: ReplicatedCluster, future: Future[Any]) -> int:
+    """Cancel every COMMIT waiting for the standby until ``future`` ends; how many."""
+    cancelled: set[int] = set()
+    deadline = time.monotonic() + WAIT
+    while not future.done() and time.monotonic() < deadline:
+        try:
+            pids = cluster.waiting_on_sync(timeout=0.5)
+        except AssertionError:
+            continue
+        cluster.cancel(pids)
+        cancelled.update(pids)
+    return len(cancelled)
+
+
+def effect_state(url: str, schema: str) -> str | None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            f'SELECT state FROM "{schema}".effects WHERE effect_key = %s', [KEY]
+        ).fetchone()
+    return None if row is None else str(row[0])
+
+
+def test_a_cancelled_wait_at_reservation_never_runs_the_executor(cluster, schema_url):
+    url, schema = schema_url
+    store = PostgresStateStore(url, schema=schema)
+    executor = Executor()
+    call = protected(store, executor)
+    cluster.pause_standby()
+    future = in_thread(call)
+    assert cancel_until_done(cluster, future) >= 1
+    with pytest.raises(AmbiguousWrite) as caught:
+        future.result(timeout=WAIT)
+    assert caught.value.reason is AmbiguityReason.UNREPLICATED
+    assert executor.calls == []
+    # the reservation did commit on the primary: a store that trusted the warning-laden
+    # COMMIT would have run the executor on a record a failover can lose
+    assert effect_state(url, schema) == "executing"
+    store.close()
+
+
+def test_a_commit_past_its_bound_is_unknown_and_runs_nothing(cluster, schema_url):
+    url, schema = schema_url
+    store = PostgresStateStore(url, schema=schema, commit_timeout=0.5)
+    executor = Executor()
+    call = protected(store, executor)
+    cluster.pause_standby()
+    started = time.monotonic()
+    with pytest.raises(AmbiguousWrite) as caught:
+        in_thread(call).result(timeout=WAIT)
+    assert caught.value.reason is AmbiguityReason.UNREPLICATED
+    assert time.monotonic() - started < 10  # two bounded waits (the COMMIT, the barrier)
+    assert executor.calls == []
+    store.close()
+
+
+def test_a_cancelled_wait_at_the_outcome_is_outcome_unrecorded(cluster, schema_url):
+    url, schema = schema_url
+    store = PostgresStateStore(url, schema=schema)
+    executor = Executor()
+    call = protected(store, executor, before=cluster.pause_standby)  # after the reservation
+    future = in_thread(call)
+    assert cancel_until_done(cluster, future) >= 1
+    with pytest.raises(OutcomeUnrecorded) as caught:
+        future.result(timeout=WAIT)
+    assert isinstance(caught.value.__cause__, AmbiguousWrite)
+    assert caught.value.__cause__.reason is AmbiguityReason.UNREPLICATED
+    assert len(executor.calls) == 1
+    store.close()
+
+
+def test_the_reread_settles_a_cancelled_wait_once_the_standby_confirms(cluster, schema_url, caplog):
+    caplog.set_level(logging.INFO, logger="ctrlrun.postgres")
+    url, schema = schema_url
+    store = PostgresStateStore(url, schema=schema)
+    executor = Executor()
+    call = protected(store, executor)
+    cluster.pause_standby()
+    future = in_thread(call)
+    first = cluster.waiting_on_sync()
+    cluster.cancel(first)  # the reservation's COMMIT: answered with the warning
+    deadline = time.monotonic() + WAIT
+    while not set(cluster.waiting_on_sync()) - set(first) and time.monotonic() < deadline:
+        pass  # the re-read's barrier waits on a connection of its own
+    cluster.resume_standby()
+    assert future.result(timeout=WAIT) == {"ok": 1}
+    assert len(executor.calls) == 1
+    assert store.get_effect(KEY).state is EffectState.COMMITTED
+    assert [r.branch for r in caplog.records if hasattr(r, "branch")] == ["A1_OURS"]
+    store.close()
+
+
+def test_the_store_reports_the_replication_it_writes_under(cluster, schema_url):
+    url, schema = schema_url
+    store = PostgresStateStore(url, schema=schema, require_sync=True)
+    seen = store.replication
+    assert seen is not None and seen.waits_for_standby
+    assert (seen.synchronous_commit, seen.synchronous_standby_names) == ("on", "*")
+    assert (seen.standbys, seen.sync_standbys, seen.timeline) == (1, 1, 1)
+    store.close()
+
+
+def test_required_sync_refuses_a_commit_that_would_not_wait(cluster, schema_url):
+    url, schema = schema_url
+    local = url + "&options=-csynchronous_commit%3Dlocal"
+    with pytest.raises(ReplicationRefused) as caught:
+        open_store(f"{local}&ctrlrun_schema={schema}&ctrlrun_require_sync=true")
+    assert caught.value.reason is ReplicationReason.NOT_SYNCHRONOUS
+    with psycopg.connect(url, autocommit=True) as conn:  # refused before anything was written
+        tables = conn.execute(
+            "SELECT count(*) FROM pg_tables WHERE schemaname = %s", [schema]
+        ).fetchone()
+    assert tables == (0,)
+    open_store(f"{local}&ctrlrun_schema={schema}").close()  # not required: it opens
+
+
+def test_required_sync_refuses_a_server_without_a_synchronous_setting(pg_schema):
+    with pytest.raises(ReplicationRefused) as caught:
+        PostgresStateStore(pg_schema.url, schema=pg_schema.schema, require_sync=True)
+    assert caught.value.reason is ReplicationReason.NOT_SYNCHRONOUS
+
+
+@pytest.mark.parametrize(
+    "param", ["ctrlrun_commit_timeout=0", "ctrlrun_commit_timeout=x", "ctrlrun_require_sync=2"]
+)
+def test_bad_durability_parameters_are_refused_by_name(pg_schema, param):
+    name = param.split("=")[0]
+    with pytest.raises(InvalidArgument, match=name):
+        open_store(f"{pg_schema.url}&ctrlrun_schema={pg_schema.schema}&{param}")

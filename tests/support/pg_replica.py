@@ -194,8 +194,15 @@ class ReplicatedCluster:
             cwd=self.root,
         )
 
-    def restart_old_primary(self) -> None:
-        extra = " -c synchronous_standby_names='*'" if self.sync else ""
+    def restart_old_primary(self, *, sync: bool | None = None) -> None:
+        """Start the crashed primary again as it was (``sync``: with its synchronous setting,
+        default as the cluster was made)."""
+        extra = " -c synchronous_standby_names='*'" if (self.sync if sync is None else sync) else ""
+        old = self.primary.postmaster_pid()
+        if old is not None and not _alive(old):  # a rebooted host has no such process: a
+            (self.primary.data_dir / "postmaster.pid").unlink()  # zombie must not block it
+            lock = self.primary.socket_dir / f".s.PGSQL.{self.primary.port}.lock"
+            lock.unlink(missing_ok=True)
         self._pg_ctl(self.primary, "start", extra)
 
     def stop(self) -> None:

@@ -9,6 +9,7 @@ Either way the outcome is unknown: a reservation never runs the executor, an out
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -17,9 +18,11 @@ from typing import Any
 
 import psycopg
 import pytest
+from click.testing import CliRunner
 
 import ctrlrun
 from ctrlrun import Control
+from ctrlrun.cli import main
 from ctrlrun.config import load_policy_text
 from ctrlrun.errors import (
     AmbiguityReason,
@@ -207,3 +210,25 @@ def test_bad_durability_parameters_are_refused_by_name(pg_schema, param):
     name = param.split("=")[0]
     with pytest.raises(InvalidArgument, match=name):
         open_store(f"{pg_schema.url}&ctrlrun_schema={pg_schema.schema}&{param}")
+
+
+def test_verify_and_conformance_show_the_replication(cluster, tmp_path):
+    policy = tmp_path / "ctrlrun.yaml"
+    policy.write_text(POLICY)
+    url = cluster.primary.url
+    runner = CliRunner()
+    verified = runner.invoke(
+        main, ["verify", "--policy", str(policy), "--store-url", url, "--only", "G3", "--json"]
+    )
+    shown = json.loads(verified.stdout)["replication"]
+    assert shown["waits_for_standby"] and shown["sync_standbys"] == 1, verified.output
+    graded = runner.invoke(main, ["conformance", "--store-url", url, "--only", "binding"])
+    assert "replication: synchronous: synchronous_commit=on" in graded.stdout, graded.output
+
+
+def test_verify_names_a_server_that_is_not_synchronous(pg_server, tmp_path):
+    policy = tmp_path / "ctrlrun.yaml"
+    policy.write_text(POLICY)
+    args = ["verify", "--policy", str(policy), "--store-url", pg_server.url, "--only", "G3"]
+    result = CliRunner().invoke(main, args)
+    assert "replication: NOT synchronous (a failover can lose committed records)" in result.stdout

@@ -142,3 +142,17 @@ def confirm_replicated(conn: Connection, queries: dict[str, str], bound: float |
     conn.execute(queries["replication_barrier"])
     _, doubt = WATCH.run(conn, lambda: conn.execute("COMMIT"), bound)
     return doubt
+
+
+def probe(url: str) -> Replication:
+    """The replication of the server ``url`` names (a driver URL), on a connection of its
+    own; opens no store. For reports (``ctrlrun verify``, ``ctrlrun conformance``)."""
+    import psycopg
+    from psycopg.rows import dict_row
+
+    from ctrlrun.store.postgres.sqltext import queries_for
+
+    with psycopg.connect(
+        url, autocommit=True, prepare_threshold=None, row_factory=dict_row
+    ) as conn:
+        return read_replication(conn, queries_for("public"))

@@ -14,11 +14,14 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 
-from ctrlrun import HeldStatus, check_held_receipts
+import ctrlrun
+from ctrlrun import Control, HeldStatus, check_held_receipts
+from ctrlrun.config import load_policy_text
 from ctrlrun.postgres import PostgresStateStore
 from support import failover
 from support.pg_replica import ReplicatedCluster
@@ -32,12 +35,39 @@ UNKNOWN = ("ambiguous_write:", "unrecorded", "store_error:")
 
 
 @pytest.fixture
-def cluster() -> Iterator[ReplicatedCluster]:
-    replicated = ReplicatedCluster(sync=True).start()
+def cluster(request: pytest.FixtureRequest) -> Iterator[ReplicatedCluster]:
+    replicated = ReplicatedCluster(sync=getattr(request, "param", True)).start()
     try:
         yield replicated
     finally:
         replicated.stop()
+
+
+def start_workers(cluster: ReplicatedCluster, root: Path) -> list[Any]:
+    with psycopg.connect(cluster.primary.url, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {SCHEMA}")
+    url = cluster.multi_url(ctrlrun_schema=SCHEMA, ctrlrun_commit_timeout="5", connect_timeout="5")
+    PostgresStateStore(cluster.primary.url, schema=SCHEMA).close()  # migrated once
+    ctx = preloaded_processes()
+    workers = [ctx.Process(target=failover.work, args=(url, str(root), i)) for i in range(WORKERS)]
+    for worker in workers:
+        worker.start()
+    return workers
+
+
+def stop_workers(root: Path, workers: list[Any]) -> None:
+    (root / "stop").touch()
+    for worker in workers:
+        worker.join(timeout=30)
+    assert [w.exitcode for w in workers] == [0] * WORKERS
+
+
+def fail_over(cluster: ReplicatedCluster, root: Path) -> None:
+    """SIGKILL the primary mid-load, promote the standby, and let 40 more calls succeed."""
+    cluster.crash_primary()  # mid-load: the workers are calling continuously
+    cluster.promote()
+    promoted = failover.count_answers(root, "ok")
+    failover.wait_for_answers(root, "ok", promoted + 40)
 
 
 def effect_states(url: str) -> dict[str, str]:
@@ -56,22 +86,10 @@ def terminate_clients(url: str) -> None:
 
 @pytest.mark.timeout(120)
 def test_sigkill_the_primary_mid_load_then_its_return(cluster, tmp_path: Path):
-    with psycopg.connect(cluster.primary.url, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {SCHEMA}")
-    url = cluster.multi_url(ctrlrun_schema=SCHEMA, ctrlrun_commit_timeout="5", connect_timeout="5")
-    PostgresStateStore(cluster.primary.url, schema=SCHEMA).close()  # migrated once
-    ctx = preloaded_processes()
-    workers = [
-        ctx.Process(target=failover.work, args=(url, str(tmp_path), i)) for i in range(WORKERS)
-    ]
-    for worker in workers:
-        worker.start()
+    workers = start_workers(cluster, tmp_path)
     try:
         failover.wait_for_answers(tmp_path, "ok", 40)
-        cluster.crash_primary()  # mid-load: the workers are calling continuously
-        cluster.promote()
-        promoted = failover.count_answers(tmp_path, "ok")
-        failover.wait_for_answers(tmp_path, "ok", promoted + 40)
+        fail_over(cluster, tmp_path)
 
         cluster.restart_old_primary(sync=False)  # writable, timeline 1, nothing fences it
         before = effect_states(cluster.primary.url)
@@ -82,10 +100,7 @@ def test_sigkill_the_primary_mid_load_then_its_return(cluster, tmp_path: Path):
             assert time.monotonic() < deadline, "a worker never met the old primary"
             time.sleep(0.05)
     finally:
-        (tmp_path / "stop").touch()
-        for worker in workers:
-            worker.join(timeout=30)
-    assert [w.exitcode for w in workers] == [0] * WORKERS
+        stop_workers(tmp_path, workers)
     assert effect_states(cluster.primary.url) == before  # nothing was written on the old one
 
     outcome = failover.Outcome.read(tmp_path)
@@ -108,4 +123,45 @@ def test_sigkill_the_primary_mid_load_then_its_return(cluster, tmp_path: Path):
     new_primary = PostgresStateStore(cluster.standby.url, schema=SCHEMA)
     checks = check_held_receipts(new_primary, outcome.held)
     assert len(checks) >= 80 and {c.status for c in checks} == {HeldStatus.PRESENT}
+    new_primary.close()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("cluster", [False], indirect=True, ids=["async"])
+def test_an_async_failover_loses_records_and_the_token_absorbs_the_reruns(cluster, tmp_path):
+    """What the docs warn: with asynchronous replication, records the primary acknowledged
+    after the standby fell behind (its walreceiver frozen) are lost at the failover. A caller
+    retrying those keys runs them again — under the same idempotency token as the lost run —
+    the chain on the new primary still verifies, and the held receipts name the loss."""
+    workers = start_workers(cluster, tmp_path)
+    try:
+        failover.wait_for_answers(tmp_path, "ok", 40)
+        cluster.pause_standby()  # from here the primary acknowledges what the standby lacks
+        failover.wait_for_answers(tmp_path, "ok", failover.count_answers(tmp_path, "ok") + 40)
+        fail_over(cluster, tmp_path)
+    finally:
+        stop_workers(tmp_path, workers)
+    first = failover.Outcome.read(tmp_path)
+    records = effect_states(cluster.standby.url)
+    lost = sorted(k for k in first.executed if k not in records)
+    assert lost, "the frozen standby lost nothing: the test did not test a loss"
+
+    new_primary = PostgresStateStore(cluster.standby.url, schema=SCHEMA)
+    control = Control(load_policy_text(failover.POLICY), new_primary)
+    rerun: dict[str, str] = {}
+
+    @ctrlrun.protect("pay.send", control=control)
+    def send(n: int) -> str:
+        rerun[f"pay:{n}"] = ctrlrun.idempotency_token()
+        return "sent"
+
+    with ctrlrun.context("retrying-caller"):
+        for key in lost:
+            send(int(key.split(":")[1]))
+    assert sorted(rerun) == lost  # every lost key ran again: a double execution ...
+    assert all(first.executed[key] == [token] for key, token in rerun.items())  # ... same token
+
+    assert new_primary.verify_chain().ok  # a lost tail leaves no break
+    statuses = {c.status for c in check_held_receipts(new_primary, first.held)}
+    assert statuses & {HeldStatus.MISSING, HeldStatus.REPLACED}  # the held copies do not
     new_primary.close()

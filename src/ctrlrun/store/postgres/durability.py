@@ -29,7 +29,8 @@ class Durability:
 
     def __post_init__(self) -> None:
         bound = self.commit_timeout
-        if bound is not None and not (isinstance(bound, int | float) and 0 < bound < 86_400):
+        number = isinstance(bound, int | float) and not isinstance(bound, bool)
+        if bound is not None and not (number and 0 < bound < 86_400):
             raise InvalidArgument(
                 "commit_timeout must be a number of seconds above 0 and below 86400, or None"
             )

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import Any
 
+import anyio
 import psycopg
 import pytest
 from click.testing import CliRunner
@@ -232,3 +233,27 @@ def test_verify_names_a_server_that_is_not_synchronous(pg_server, tmp_path):
     args = ["verify", "--policy", str(policy), "--store-url", pg_server.url, "--only", "G3"]
     result = CliRunner().invoke(main, args)
     assert "replication: NOT synchronous (a failover can lose committed records)" in result.stdout
+
+
+def test_the_async_path_never_runs_an_executor_past_an_unconfirmed_commit(cluster, schema_url):
+    url, schema = schema_url
+    store = PostgresStateStore(url, schema=schema, commit_timeout=0.5)
+    control = Control(load_policy_text(POLICY), store)
+    ran: list[str] = []
+
+    @ctrlrun.protect("stripe.refund", control=control)
+    async def refund(payment_id: str, amount: int) -> str:
+        ran.append(payment_id)
+        return "refunded"
+
+    async def call() -> str:
+        with ctrlrun.context("bot"):
+            return await refund("pay_1", 5)
+
+    cluster.pause_standby()
+    with pytest.raises(AmbiguousWrite) as caught:
+        anyio.run(call)
+    assert caught.value.reason is AmbiguityReason.UNREPLICATED
+    assert ran == []
+    cluster.resume_standby()
+    store.close()

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import signal
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import anyio
@@ -67,7 +69,12 @@ def schema_url(cluster: ReplicatedCluster) -> Iterator[tuple[str, str]]:
     cluster.resume_standby()
 
 
-def protected(store: PostgresStateStore, executor: Any, before: Callable[[], None] | None = None):
+def protected(
+    store: PostgresStateStore,
+    executor: Any,
+    before: Callable[[], None] | None = None,
+    key: str = "pay_1",
+):
     control = Control(load_policy_text(POLICY), store)
 
     @ctrlrun.protect("stripe.refund", control=control)
@@ -78,7 +85,7 @@ def protected(store: PostgresStateStore, executor: Any, before: Callable[[], Non
 
     def call() -> Any:
         with ctrlrun.context("bot"):
-            return refund("pay_1", 5)
+            return refund(key, 5)
 
     return call
 
@@ -256,4 +263,29 @@ def test_the_async_path_never_runs_an_executor_past_an_unconfirmed_commit(cluste
     assert caught.value.reason is AmbiguityReason.UNREPLICATED
     assert ran == []
     cluster.resume_standby()
+    store.close()
+
+
+def test_a_frozen_backend_cannot_hang_the_caller(pg_schema, branches):
+    """The server process of the store's connection is frozen (SIGSTOP) before a call: its
+    COMMIT is never answered and no cancel reaches it. At the bound the cancel is sent, two
+    seconds later the socket is shut; the re-read, on a new connection, finds nothing landed
+    and the reservation is issued again: one execution, committed, in bounded time."""
+    store = PostgresStateStore(pg_schema.url, schema=pg_schema.schema, commit_timeout=0.5)
+    executor = Executor()
+    call = protected(store, executor)
+    one = ThreadPoolExecutor(1)  # one thread: one connection, the one that is frozen
+    assert one.submit(call).result(timeout=WAIT) == {"ok": 1}
+    backend = one.submit(lambda: store._engine.connections.current().info.backend_pid).result()
+    os.kill(backend, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        second = one.submit(protected(store, executor, key="pay_2"))
+        assert second.result(timeout=WAIT) == {"ok": 2}
+        assert time.monotonic() - started < 10
+    finally:
+        os.kill(backend, signal.SIGCONT)
+        one.shutdown(wait=False)
+    assert [b for b, _ in branches()] == ["A1_REINSERT"]
+    assert store.get_effect("refund:pay_2").state is EffectState.COMMITTED
     store.close()

@@ -95,6 +95,7 @@ class CommitWatch:
         self._armed: dict[int, _Armed] = {}
         self._ids = itertools.count()
         self._pid: int | None = None
+        self._wake_at: float | None = None  # when the thread wakes next (None: when told)
 
     def after_fork(self) -> None:
         """In a forked child: a fresh lock (the parent's thread may have held it at the fork)
@@ -102,6 +103,7 @@ class CommitWatch:
         self._cond = threading.Condition()
         self._armed = {}
         self._pid = None
+        self._wake_at = None
 
     def run(self, conn: Connection, commit: Callable[[], T], bound: float | None) -> tuple[T, str]:
         """``commit()``, bounded by ``bound`` seconds (None: unbounded); return its result and
@@ -127,8 +129,10 @@ class CommitWatch:
         with self._cond:
             self._ensure_thread()
             token = next(self._ids)
-            self._armed[token] = _Armed(conn, time.monotonic() + bound)
-            self._cond.notify()
+            deadline = time.monotonic() + bound
+            self._armed[token] = _Armed(conn, deadline)
+            if self._wake_at is None or deadline < self._wake_at:
+                self._cond.notify()  # else the thread wakes in time anyway: no switch per COMMIT
             return token
 
     def _disarm(self, token: int) -> bool:
@@ -152,7 +156,8 @@ class CommitWatch:
                     armed.fired = True
                     threading.Thread(target=_expire, args=(armed,), daemon=True).start()
                 waiting = [a.deadline for a in self._armed.values() if not a.fired]
-                self._cond.wait(timeout=max(0.0, min(waiting) - now) if waiting else None)
+                wake = self._wake_at = min(waiting) if waiting else None
+                self._cond.wait(timeout=None if wake is None else max(0.0, wake - now))
 
 
 def _expire(armed: _Armed) -> None:

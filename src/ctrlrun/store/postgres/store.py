@@ -99,7 +99,9 @@ class PostgresStateStore(SQLStore):
         seen = self.replication
         if seen is None:
             return
-        level = logging.INFO if seen.waits_for_standby else logging.WARNING
+        # a standby that lacks what this store writes is a failover away from losing it
+        exposed = seen.standbys > 0 and not seen.waits_for_standby
+        level = logging.WARNING if exposed else logging.INFO
         log.log(
             level,
             "ctrlrun.postgres: %s writes under %s",

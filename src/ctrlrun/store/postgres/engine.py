@@ -159,9 +159,13 @@ class Engine:
                 reason=AmbiguityReason.NO_WITNESS,
                 operation=operation,
             ) from cause
+        conn: Connection | None = None
         try:
-            verdict, found = self._judge(self.connections.fresh(), evidence, operation)
+            conn = self.connections.fresh()
+            verdict, found = self._judge(conn, evidence, operation)
         except (psycopg.Error, ReplicationRefused) as exc:
+            if conn is not None:  # it may be left inside the confirmation's transaction
+                self.connections.discard(conn)
             raise AmbiguousWrite(
                 f"{operation}: the COMMIT went unanswered and the re-read failed ({exc});"
                 " refusing: nothing more is written and nothing proceeds",

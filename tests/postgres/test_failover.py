@@ -76,6 +76,19 @@ def effect_states(url: str) -> dict[str, str]:
     return {str(key): str(state) for key, state in rows}
 
 
+def wal_beyond(cluster: ReplicatedCluster, size: int, timeout: float = 30.0) -> None:
+    """Wait until the primary has written ``size`` bytes of WAL past this moment."""
+    with psycopg.connect(cluster.primary.url, autocommit=True) as conn:
+        start = conn.execute("SELECT pg_current_wal_lsn()").fetchone()[0]  # type: ignore[index]
+        deadline = time.monotonic() + timeout
+        while True:
+            row = conn.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", [start])
+            if row.fetchone()[0] >= size:  # type: ignore[index]
+                return
+            assert time.monotonic() < deadline, f"the primary wrote under {size} bytes of WAL"
+            time.sleep(0.05)
+
+
 def terminate_clients(url: str) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(
@@ -138,6 +151,7 @@ def test_an_async_failover_loses_records_and_the_token_absorbs_the_reruns(cluste
         failover.wait_for_answers(tmp_path, "ok", 40)
         cluster.pause_standby()  # from here the primary acknowledges what the standby lacks
         failover.wait_for_answers(tmp_path, "ok", failover.count_answers(tmp_path, "ok") + 40)
+        wal_beyond(cluster, 1 << 20)  # several times what socket buffers could still deliver
         fail_over(cluster, tmp_path)
     finally:
         stop_workers(tmp_path, workers)

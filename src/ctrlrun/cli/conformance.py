@@ -107,9 +107,9 @@ def conformance(
         for line in shown.split("\n"):  # indented JSON: escape each line
             click.echo(escape_text(line, json=True))
     else:
-        say_lines(report.to_text())
-        if replication is not None:
+        if replication is not None:  # first: the summary stays the last line
             say_lines(text_line(replication))
+        say_lines(report.to_text())
     raise click.exceptions.Exit(0 if report.ok else 1)
 
 

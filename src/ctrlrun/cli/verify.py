@@ -100,7 +100,7 @@ def verify(  # noqa: PLR0917 - click passes one argument per option
         for line in shown.split("\n"):  # indented JSON: escape each line
             click.echo(escape_text(line, json=True))
     else:
-        say_lines(report.to_text())
-        if replication is not None:
+        if replication is not None:  # first: the summary stays the last line
             say_lines(text_line(replication))
+        say_lines(report.to_text())
     raise click.exceptions.Exit(report.exit_code)

@@ -62,6 +62,7 @@ def cluster() -> Iterator[ReplicatedCluster]:
 @pytest.fixture
 def schema_url(cluster: ReplicatedCluster) -> Iterator[tuple[str, str]]:
     cluster.resume_standby()
+    cluster.wait_streaming()
     name = unique_name("t_")
     with psycopg.connect(cluster.primary.url, autocommit=True) as conn:
         conn.execute(f'CREATE SCHEMA "{name}"')

@@ -38,7 +38,7 @@ from ctrlrun.errors import (
 from ctrlrun.kernel.effect import EffectState
 from ctrlrun.postgres import PostgresStateStore
 from ctrlrun.store import open_store
-from support.pg import unique_name
+from support.pg import replace_url, unique_name
 from support.pg_replica import ReplicatedCluster
 from support.policies import POLICY
 
@@ -290,3 +290,25 @@ def test_a_frozen_backend_cannot_hang_the_caller(pg_schema, branches):
     assert [b for b, _ in branches()] == ["A1_REINSERT"]
     assert store.get_effect("refund:pay_2").state is EffectState.COMMITTED
     store.close()
+
+
+def test_a_role_denied_the_clusters_identity_still_opens(cluster, schema_url, caplog):
+    """Some managed services revoke pg_control_system(): the store still opens and reports the
+    replication; only the timeline check has nothing to compare (and says so)."""
+    url, schema = schema_url
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE ROLE app_limited LOGIN")
+        conn.execute(f'GRANT USAGE, CREATE ON SCHEMA "{schema}" TO app_limited')
+        conn.execute("REVOKE EXECUTE ON FUNCTION pg_control_system() FROM PUBLIC")
+    try:
+        store = PostgresStateStore(replace_url(url, user="app_limited"), schema=schema)
+        seen = store.replication
+        assert seen is not None and seen.waits_for_standby
+        assert (seen.timeline, seen.sync_standbys, seen.standbys) == (None, None, 1)
+        assert "timeline check is off" in caplog.text
+        store.close()
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("GRANT EXECUTE ON FUNCTION pg_control_system() TO PUBLIC")
+            conn.execute("DROP OWNED BY app_limited CASCADE")
+            conn.execute("DROP ROLE app_limited")

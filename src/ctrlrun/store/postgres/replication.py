@@ -30,6 +30,8 @@ import threading
 import weakref
 from typing import Final
 
+import psycopg
+
 from ctrlrun.errors.replication import ReplicationReason, ReplicationRefused, StaleTimeline
 from ctrlrun.store.postgres.commitwatch import WATCH, listen
 from ctrlrun.store.postgres.connections import Connection
@@ -39,8 +41,18 @@ log = logging.getLogger("ctrlrun.postgres")
 
 
 def read_replication(conn: Connection, queries: dict[str, str]) -> Replication:
-    """``replication_probe`` on ``conn`` (outside any transaction)."""
-    row = conn.execute(queries["replication_probe"]).fetchone()
+    """``replication_probe`` on ``conn`` (outside any transaction); where the role may not
+    read the cluster's identity, ``replication_probe_settings`` (no timeline: the split-brain
+    check then has nothing to compare, which the open logs)."""
+    try:
+        row = conn.execute(queries["replication_probe"]).fetchone()
+    except psycopg.errors.InsufficientPrivilege:
+        log.warning(
+            "ctrlrun.postgres: the role may not read the cluster's identity"
+            " (pg_control_system, pg_walfile_name): the old-primary timeline check is off;"
+            " grant EXECUTE on them to turn it on"
+        )
+        row = conn.execute(queries["replication_probe_settings"]).fetchone()
     assert row is not None
     timeline = row["timeline"]
     return Replication(
@@ -48,7 +60,7 @@ def read_replication(conn: Connection, queries: dict[str, str]) -> Replication:
         synchronous_standby_names=_text(row["synchronous_standby_names"]),
         standbys=int(row["standbys"]),
         sync_standbys=int(row["sync_standbys"]) if row["sync_visible"] else None,
-        system_identifier=str(row["system_identifier"]),
+        system_identifier=str(row["system_identifier"] or ""),
         timeline=int(timeline) if timeline is not None else None,
     )
 

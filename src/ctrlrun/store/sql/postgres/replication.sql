@@ -20,6 +20,20 @@ SELECT pg_catalog.pg_is_in_recovery() AS in_recovery,
        (SELECT count(*) FROM pg_catalog.pg_stat_replication AS r
          WHERE r.sync_state IS NULL) = 0 AS sync_visible;
 
+-- name: replication_probe_settings
+-- The same without the cluster's identity, for a role denied pg_control_system() (some
+-- managed services revoke it): the settings and the standbys, no timeline to compare.
+SELECT pg_catalog.pg_is_in_recovery() AS in_recovery,
+       pg_catalog.current_setting('synchronous_commit') AS synchronous_commit,
+       pg_catalog.current_setting('synchronous_standby_names') AS synchronous_standby_names,
+       NULL::bigint AS system_identifier,
+       NULL::integer AS timeline,
+       (SELECT count(*) FROM pg_catalog.pg_stat_replication AS r) AS standbys,
+       (SELECT count(*) FROM pg_catalog.pg_stat_replication AS r
+         WHERE r.sync_state IN ('sync', 'quorum')) AS sync_standbys,
+       (SELECT count(*) FROM pg_catalog.pg_stat_replication AS r
+         WHERE r.sync_state IS NULL) = 0 AS sync_visible;
+
 -- name: replication_barrier
 -- A transactional WAL record of no consequence. Committed in its own transaction, its COMMIT
 -- waits for the synchronous standbys like any other, and WAL is replicated in order: a clean

@@ -45,6 +45,10 @@ GRACE: Final = 2.0
 """Seconds between the cancel request and shutting the socket of a COMMIT still waiting."""
 
 
+_KEPT: Final = 32
+"""Notices kept per connection between two COMMITs (the oldest are dropped)."""
+
+
 class Unconfirmed(Exception):
     """The cause of an unknown outcome: the server answered the COMMIT without confirming it
     (a warning) or the COMMIT outlived its bound. Never raised to a caller."""
@@ -60,6 +64,8 @@ class NoticeLog:
 
     def __call__(self, diag: psycopg.errors.Diagnostic) -> None:
         severity = diag.severity_nonlocalized or diag.severity or ""
+        if len(self.notices) >= _KEPT:  # a connection that never commits must not grow
+            del self.notices[0]
         self.notices.append((severity, diag.sqlstate or "", diag.message_primary or ""))
 
     def clear(self) -> None:

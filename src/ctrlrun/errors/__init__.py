@@ -38,6 +38,7 @@ from ctrlrun.errors.core import (
     OutcomeUnrecorded,
     PolicyError,
     ProtectionMismatch,
+    RefusalLoop,
     Refused,
     SchemaMismatch,
     StoreError,
@@ -56,6 +57,7 @@ from ctrlrun.errors.documents import (
 )
 from ctrlrun.errors.durable import (
     ClaimLost,
+    NotifyReason,
     OperationInFlight,
     PlanReason,
     PlanRefused,
@@ -87,6 +89,7 @@ __all__ = [
     "MismatchReason",
     "MissingDependency",
     "NotExecuted",
+    "NotifyReason",
     "OperationInFlight",
     "OutcomeUnrecorded",
     "PlanReason",
@@ -94,6 +97,7 @@ __all__ = [
     "PolicyError",
     "PreconditionRequired",
     "ProtectionMismatch",
+    "RefusalLoop",
     "Refused",
     "ReplicationReason",
     "ReplicationRefused",

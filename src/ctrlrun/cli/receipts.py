@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import IO, Any, Final
 
 import click
 
-from ctrlrun.checkpoints import checkpoint_heads
+from ctrlrun.checkpoints import Checkpoint, checkpoint_heads
 from ctrlrun.cli.checkpoints import proof_options, proven_checkpoints
 from ctrlrun.cli.common import (
     Refusal,
@@ -18,6 +18,7 @@ from ctrlrun.cli.common import (
     table,
     who,
 )
+from ctrlrun.cli.held import check_file
 from ctrlrun.kernel.receipt import (
     BreakKind,
     ChainHead,
@@ -107,13 +108,23 @@ def receipt_row(receipt: Receipt) -> tuple[str, ...]:
     metavar="ID",
     help="Only receipts citing this control id (a filter: no match lists nothing).",
 )
+@click.option(
+    "--check",
+    "held",
+    type=click.File("r", encoding="utf-8"),
+    metavar="FILE|-",
+    help="Check receipts you hold (JSON lines, as JSONLSink or --json wrote them) against the"
+    " store: present and identical, missing, or replaced; exit 1 unless all are present.",
+)
 @proof_options
 @store_url_option
-def receipts(  # noqa: PLR0917 - click passes one argument per option
+def receipts(
+    *,
     last: int | None,
     as_json: bool,
     verify: bool,
     control: str | None,
+    held: IO[str] | None,
     checkpoints: str | None,
     public_key: str | None,
     origin: str | None,
@@ -125,24 +136,26 @@ def receipts(  # noqa: PLR0917 - click passes one argument per option
     --verify-chain, walk the whole chain and print each break as `seq N  kind` (`seq -` for a
     row outside the chain); exit 1 if there is any. With --checkpoints FILE --public-key KEY
     it is also judged against the signed checkpoints: a cut tail, a rewound head and a
-    rewrite before a checkpoint are breaks too (docs/checkpoints.md).
+    rewrite before a checkpoint are breaks too (docs/checkpoints.md). With --check FILE (or -
+    for stdin), judge each held receipt: what an auditor does after a failover, where a lost
+    tail leaves the chain intact.
     """
-    if verify and last is not None:
-        raise click.UsageError("--last limits the listing; --verify-chain checks every receipt")
-    if verify and control is not None:
-        raise click.UsageError("--control filters the listing; --verify-chain checks every receipt")
-    if not verify and (checkpoints or public_key or origin):
-        raise click.UsageError("--checkpoints and --public-key go with --verify-chain")
-    proven = proven_checkpoints(checkpoints, public_key, origin) if verify else None
-    with existing_store(store_url) as store:
-        if verify:
-            heads = None if proven is None else checkpoint_heads(proven)
-            rows, report = chain_snapshot(store, heads)
-        else:
-            rows, report = store.receipts(), None
-    if report is not None:
-        show_report(rows, report, as_json=as_json)
+    if held is not None:
+        if verify or last is not None or control is not None or checkpoints or public_key:
+            raise click.UsageError(
+                "--check takes no --verify-chain, --last, --control or --checkpoints"
+            )
+        with existing_store(store_url) as store:
+            check_file(store, held, as_json=as_json)
         return
+    _refuse_mixed(verify=verify, last=last, control=control, proof=(checkpoints, public_key))
+    if verify:
+        _verify_chain(store_url, proven_checkpoints(checkpoints, public_key, origin), as_json)
+        return
+    if origin is not None:
+        raise click.UsageError("--origin chooses among --checkpoints; give them too")
+    with existing_store(store_url) as store:
+        rows = store.receipts()
     if control is not None:
         rows = tuple(r for r in rows if cites(r, control))
     chosen = rows[-last:] if last else rows
@@ -153,6 +166,26 @@ def receipts(  # noqa: PLR0917 - click passes one argument per option
         click.echo("no receipts yet" if control is None else f"no receipts cite {control}")
     else:
         table([receipt_row(r) for r in chosen], header=HEADER, color_column=2)
+
+
+def _refuse_mixed(
+    *, verify: bool, last: int | None, control: str | None, proof: tuple[str | None, ...]
+) -> None:
+    if verify and last is not None:
+        raise click.UsageError("--last limits the listing; --verify-chain checks every receipt")
+    if verify and control is not None:
+        raise click.UsageError("--control filters the listing; --verify-chain checks every receipt")
+    if not verify and any(proof):
+        raise click.UsageError("--checkpoints and --public-key go with --verify-chain")
+
+
+def _verify_chain(
+    store_url: str | None, proven: Sequence[Checkpoint] | None, as_json: bool
+) -> None:
+    heads = None if proven is None else checkpoint_heads(proven)
+    with existing_store(store_url) as store:
+        rows, report = chain_snapshot(store, heads)
+    show_report(rows, report, as_json=as_json)
 
 
 def chain_snapshot(

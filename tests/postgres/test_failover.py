@@ -52,6 +52,7 @@ def start_workers(cluster: ReplicatedCluster, root: Path) -> list[Any]:
     workers = [ctx.Process(target=failover.work, args=(url, str(root), i)) for i in range(WORKERS)]
     for worker in workers:
         worker.start()
+    failover.wait_for_every_worker(root, WORKERS)
     return workers
 
 

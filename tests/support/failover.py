@@ -137,6 +137,16 @@ def wait_for_answers(root: Path, prefix: str, at_least: int, timeout: float = 30
         time.sleep(0.05)
 
 
+def wait_for_every_worker(root: Path, workers: int, timeout: float = 90.0) -> None:
+    """Until each of ``workers`` has answered once: a worker spawned late on a loaded machine
+    must have opened its store before the primary is killed, or it would start mid-failover."""
+    deadline = time.monotonic() + timeout
+    while len(answered_since(root, "", {})) < workers:  # any answer: its store is open
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not every one of {workers} workers answered in {timeout} s")
+        time.sleep(0.05)
+
+
 def answered_since(root: Path, prefix: str, offsets: dict[str, int]) -> set[str]:
     """The result files with a ``prefix`` answer after ``offsets`` (byte offsets per file)."""
     found = set()

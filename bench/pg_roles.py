@@ -1,0 +1,82 @@
+"""The cost of least privilege (decision 0021): one client's protected call under the agent's
+role, against the same call under the store's owner, on one schema, alternated in one run.
+
+Three LOGIN roles are made for the run (and dropped after it): an owner that owns the schema
+and migrates it, an agent's role and an approver's role granted by ``ctrlrun grants``. Target:
+the agent's call within 10% of the owner's (median of per-round ratios).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pg_common
+import psycopg
+from pg_common import interleaved, show
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+import ctrlrun
+from ctrlrun.store.postgres.roles import Roles, apply_grants
+
+TARGET = 1.10
+
+
+@contextmanager
+def _three_roles(url: str, schema: str) -> Iterator[tuple[str, str]]:
+    """The owner's and the agent's URLs; the roles are dropped on exit."""
+    suffix = os.urandom(4).hex()
+    names = {k: f"bench_{k}_{suffix}" for k in ("owner", "agent", "approver")}
+    password = os.urandom(12).hex()
+    with psycopg.connect(url, autocommit=True) as conn:
+        for name in names.values():
+            stmt = sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}")
+            conn.execute(stmt.format(sql.Identifier(name), sql.Literal(password)))
+        stmt = sql.SQL("ALTER SCHEMA {} OWNER TO {}")
+        conn.execute(stmt.format(sql.Identifier(schema), sql.Identifier(names["owner"])))
+    owner, agent = (
+        make_conninfo(url, user=names[k], password=password) for k in ("owner", "agent")
+    )
+    try:
+        ctrlrun.postgres.PostgresStateStore(owner, schema=schema).close()  # the owner migrates
+        apply_grants(owner, Roles(schema, names["agent"], names["approver"]))
+        yield owner, agent
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+            for name in names.values():
+                conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
+                conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
+
+
+def agent_vs_owner(url: str, ops: int, rounds: int) -> bool:
+    """Protected calls with an effect key: owner, then agent, alternated round by round."""
+    schema = pg_common.new_schema(url, "b_roles")
+    with _three_roles(url, schema) as (owner_url, agent_url), tempfile.TemporaryDirectory() as d:
+        as_owner = pg_common.control(owner_url, schema, Path(d))
+        as_agent = pg_common.control(agent_url, schema, Path(d))
+
+        @ctrlrun.protect("bench.effect", control=as_owner)
+        def owner_call(n: int) -> int:
+            return n
+
+        @ctrlrun.protect("bench.effect", control=as_agent)
+        def agent_call(n: int) -> int:
+            return n
+
+        with ctrlrun.context(agent="bench"):
+            pair = interleaved(
+                lambda n: owner_call(2 * n), lambda n: agent_call(2 * n + 1), ops=ops, rounds=rounds
+            )
+        for ctl in (as_owner, as_agent):
+            ctl.store.close()  # type: ignore[attr-defined]
+    return show(
+        "Postgres, protected call with an effect key, one client: agent's role vs owner",
+        pair,
+        target=TARGET,
+        floor_name="the same call under the owner role (floor = owner, ctrlrun = agent)",
+    )

@@ -72,8 +72,9 @@ def refuse_unless_migratable(
 
 
 READING_REMEDY: Final = (
-    "this command reads only and does not migrate: open the store once with a writing"
-    " process (any protected call) to migrate it"
+    "this command reads only and does not migrate: the store's owner migrates it (any"
+    " protected call by a process that owns it; on Postgres with roles, `ctrlrun grants"
+    " --store-url <the owner's URL> … --apply`)"
 )
 
 

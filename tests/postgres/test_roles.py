@@ -491,3 +491,32 @@ def test_the_roles_must_be_distinct():
         Roles("ctrl", "same", "same")
     done = run("grants", "--store-url", "sqlite:///tmp/x.db", "--agent", "a", "--approver", "b")
     assert done.exit_code == 1 and "SQLite" in done.stderr
+
+
+def test_the_approver_answers_resolves_and_accepts_but_runs_no_call(roles):
+    from ctrlrun.store.templates import accept_effect_template
+
+    agent = PostgresStateStore(roles.agent_url, schema=roles.schema)
+    approver = PostgresStateStore.open_existing(roles.approver_url, schema=roles.schema)
+    try:
+        agent.put_approval_request(
+            ApprovalRequestDraft("apr_2", {"action_id": "act_0"}, HASH, "sha256:p", timedelta(1))
+        )
+        assert approver.deny_approval("apr_2", "bob", "no").status is ApprovalStatus.DENIED
+        start(agent, key="refund:pay_9", action_name="stripe.refund", effect_template="t1")
+        previous = accept_effect_template(approver, "stripe.refund", "t2", by="bob")
+        assert previous == "t1"
+        with pytest.raises(StoreError, match="permission denied"):  # no call as the approver
+            start(approver, "act_a", key="refund:pay_8")
+    finally:
+        agent.close()
+        approver.close()
+    with psycopg.connect(roles.approver_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(roles.schema)))
+        for statement in (
+            "SELECT ctrlrun_consume_approval('apr_2', 'h', now(), 'act_x')",
+            "DELETE FROM receipts",
+            "UPDATE approvals SET status = 'granted'",
+        ):
+            with pytest.raises(errors.InsufficientPrivilege):
+                conn.execute(statement)

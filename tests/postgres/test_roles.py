@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -520,3 +521,25 @@ def test_the_approver_answers_resolves_and_accepts_but_runs_no_call(roles):
         ):
             with pytest.raises(errors.InsufficientPrivilege):
                 conn.execute(statement)
+
+
+def test_an_agent_role_missing_a_call_function_is_refused_at_open(roles):
+    """After an upgrade whose grants were not re-applied: refused at open, by name."""
+    with roles.superuser() as conn:
+        conn.execute(
+            sql.SQL("REVOKE EXECUTE ON FUNCTION ctrlrun_consume_approval FROM {}").format(
+                sql.Identifier(roles.agent)
+            )
+        )
+    with pytest.raises(StoreError) as caught:
+        PostgresStateStore(roles.agent_url, schema=roles.schema)
+    assert "ctrlrun_consume_approval" in str(caught.value)
+    assert "ctrlrun grants" in str(caught.value)
+
+
+def test_the_agent_functions_are_the_ones_the_script_grants():
+    from ctrlrun.store.postgres.roles import AGENT_FUNCTIONS
+
+    text = Roles("s", "a", "b").statements()[1][1]
+    granted = sorted(set(re.findall(r'"s"\.(ctrlrun_\w+)', text)))
+    assert granted == sorted(AGENT_FUNCTIONS)

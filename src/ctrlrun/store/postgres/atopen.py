@@ -95,6 +95,22 @@ def _unowned_empty(row_role: str, schema: str, where: str) -> StoreError:
     )
 
 
+def check_callable(conn: Connection, queries: dict[str, str], schema: str, role: str) -> None:
+    """A writing role that does not own the store must hold EXECUTE on every call function
+    (``roles.AGENT_FUNCTIONS``): one it lacks is refused here, naming the owner's command,
+    rather than at the first call's write (an upgrade whose grants were not re-applied)."""
+    from ctrlrun.store.postgres.roles import AGENT_FUNCTIONS
+
+    params = {"schema": schema, "names": list(AGENT_FUNCTIONS)}
+    missing = [str(r["name"]) for r in conn.execute(queries["open_uncallable"], params)]
+    if missing:
+        raise StoreError(
+            f"role {role!r} does not own schema {schema!r} and may not execute {missing}: a"
+            " protected call writes only through them; the owner grants them with"
+            f" `{OWNER_COMMAND}`"
+        )
+
+
 def _unowned_remedy(role: str) -> str:
     return (
         f"role {role!r} does not own the store and never migrates it: the owner migrates it"
@@ -192,6 +208,7 @@ def open_engine(
             if not history.applied():
                 raise _unowned_empty(role, schema, where)
             check_current(history, known, __version__, remedy=_unowned_remedy(role))
+            check_callable(conn, queries, schema, role)
         else:
             check_current(history, known, __version__)
     except psycopg.Error as exc:

@@ -31,6 +31,23 @@ SECTIONS: Final = (
 )
 _MAX_NAME: Final = 63  # Postgres identifiers: NAMEDATALEN - 1 bytes
 
+AGENT_FUNCTIONS: Final = (
+    "ctrlrun_reserve_templated",
+    "ctrlrun_finish_effect",
+    "ctrlrun_record_receipt",
+    "ctrlrun_append_events",
+    "ctrlrun_insert_effect",
+    "ctrlrun_renew_effect",
+    "ctrlrun_move_effect",
+    "ctrlrun_record_template",
+    "ctrlrun_request_approval",
+    "ctrlrun_consume_approval",
+    "ctrlrun_expire_approval",
+    "ctrlrun_enqueue_outbox",
+)
+"""The functions ``roles_agent`` grants (a test holds the two lists equal); an agent's role
+lacking one is refused at open."""
+
 
 @cache
 def _statements() -> dict[str, str]:

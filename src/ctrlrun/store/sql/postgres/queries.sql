@@ -210,6 +210,16 @@ SELECT pg_catalog.pg_is_in_recovery() AS in_recovery,
 FROM (SELECT 1) AS one
 LEFT JOIN pg_catalog.pg_namespace AS n ON n.nspname = %(schema)s;
 
+-- name: open_uncallable
+-- The call functions (by name, %(names)s) this role may not execute: a role that does not own
+-- the store is refused at open when it lacks one, instead of failing its first call.
+SELECT p.proname AS name
+FROM pg_catalog.pg_proc AS p
+JOIN pg_catalog.pg_namespace AS n ON n.oid = p.pronamespace
+WHERE n.nspname = %(schema)s AND p.proname = ANY(%(names)s::text[])
+  AND NOT pg_catalog.has_function_privilege(p.oid, 'EXECUTE')
+ORDER BY p.proname;
+
 -- name: schema_tables
 SELECT c.relname AS name
 FROM pg_catalog.pg_class AS c

@@ -9,6 +9,7 @@ the agent's call within 10% of the owner's (median of per-round ratios).
 from __future__ import annotations
 
 import os
+import statistics
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -80,3 +81,56 @@ def agent_vs_owner(url: str, ops: int, rounds: int) -> bool:
         target=TARGET,
         floor_name="the same call under the owner role (floor = owner, ctrlrun = agent)",
     )
+
+
+_LOOP = """
+DO $$
+DECLARE started timestamptz := clock_timestamp();
+BEGIN
+    FOR i IN 1..{n} LOOP
+        PERFORM {fn}(NULL, '[]'::jsonb);
+    END LOOP;
+    RAISE NOTICE '%', extract(epoch FROM clock_timestamp() - started);
+END $$
+"""
+
+
+def definer_overhead(url: str, calls: int, rounds: int) -> float:
+    """Server-side µs per call that ``SECURITY DEFINER`` with a pinned ``search_path`` adds
+    to a function call: ``ctrlrun_append_events`` against an identical copy without either,
+    alternated in one backend (no network, no client: what scheduling noise cannot hide)."""
+    schema = pg_common.new_schema(url, "b_definer")
+    try:
+        ctrlrun.postgres.PostgresStateStore(url, schema=schema).close()
+        with psycopg.connect(url, autocommit=True) as conn:
+            ident = sql.Identifier(schema)
+            body = conn.execute(
+                "SELECT prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+                " WHERE n.nspname = %s AND proname = 'ctrlrun_append_events'",
+                [schema],
+            ).fetchone()[0]
+            conn.execute(
+                sql.SQL(
+                    "CREATE FUNCTION {}.plain_append_events(p_now timestamptz, p_events jsonb)"
+                    " RETURNS void LANGUAGE plpgsql AS {}"
+                ).format(ident, sql.Literal(body))
+            )
+            notices: list[float] = []
+            conn.add_notice_handler(lambda d: notices.append(float(d.message_primary or 0)))
+            per_call: dict[str, list[float]] = {"definer": [], "plain": []}
+            for _ in range(rounds):
+                for kind, name in (
+                    ("plain", "plain_append_events"),
+                    ("definer", "ctrlrun_append_events"),
+                ):
+                    fn = sql.Identifier(schema, name).as_string(conn)
+                    conn.execute(_LOOP.format(n=calls, fn=fn))
+                    per_call[kind].append(notices.pop() / calls * 1e6)
+    finally:
+        pg_common.drop_schema(url, schema)
+    plain = statistics.median(per_call["plain"])
+    definer = statistics.median(per_call["definer"])
+    print("Postgres, one function call on the server: SECURITY DEFINER + pinned search_path")
+    extra = definer - plain
+    print(f"  plain   {plain:7.2f} µs/call   definer {definer:7.2f} µs/call   (+{extra:.2f} µs)")
+    return extra

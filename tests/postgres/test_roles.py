@@ -441,15 +441,15 @@ def test_a_lost_commit_of_a_receipt_linked_on_the_shared_path_is_recognised(
 
 def test_a_role_that_does_not_own_the_store_never_migrates_it(roles):
     with roles.superuser() as conn:  # the store looks one migration behind this binary
-        conn.execute("DELETE FROM schema_version WHERE migration_id = '0002_roles'")
+        conn.execute("DELETE FROM schema_version WHERE migration_id = '0003_roles'")
     for url in (roles.agent_url, roles.approver_url):
         with pytest.raises(SchemaMismatch) as caught:
             PostgresStateStore(url, schema=roles.schema)
         assert "ctrlrun grants" in str(caught.value) and "--apply" in str(caught.value)
         assert "behind" in str(caught.value)
     with roles.superuser() as conn:
-        applied = conn.execute("SELECT migration_id FROM schema_version").fetchall()
-    assert applied == [("0001_schema",)]
+        applied = conn.execute("SELECT migration_id FROM schema_version ORDER BY 1").fetchall()
+    assert applied == [("0001_schema",), ("0002_stats",)]
 
 
 def test_an_empty_schema_is_not_created_by_the_agent_role(pg_server, pg_schema):
@@ -495,6 +495,7 @@ def test_the_roles_must_be_distinct():
 
 
 def test_the_approver_answers_resolves_and_accepts_but_runs_no_call(roles):
+    from ctrlrun.store.stats import refresh_stats
     from ctrlrun.store.templates import accept_effect_template
 
     agent = PostgresStateStore(roles.agent_url, schema=roles.schema)
@@ -507,6 +508,8 @@ def test_the_approver_answers_resolves_and_accepts_but_runs_no_call(roles):
         start(agent, key="refund:pay_9", action_name="stripe.refund", effect_template="t1")
         previous = accept_effect_template(approver, "stripe.refund", "t2", by="bob")
         assert previous == "t1"
+        finish(agent, key="refund:pay_9")
+        assert refresh_stats(approver) == 1  # the stats rollup: derived, the approver folds it
         with pytest.raises(StoreError, match="permission denied"):  # no call as the approver
             start(approver, "act_a", key="refund:pay_8")
     finally:

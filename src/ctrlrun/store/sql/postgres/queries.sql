@@ -32,7 +32,7 @@ SELECT effect_key, state, action_id, attempt, created_at, updated_at, lease_expi
 FROM {schema}.effects WHERE state = %(state)s ORDER BY created_at, effect_key;
 
 -- Every write below is one call to a function of the schema that runs as its owner
--- (migration 0002, decision 0021): an agent's role holds EXECUTE on it, never a write on a
+-- (migration 0003, decision 0021): an agent's role holds EXECUTE on it, never a write on a
 -- table. A conditional write's function answers true when it changed its row, and the
 -- statement selects a row only then, so the row count means what the UPDATE's did.
 

@@ -31,8 +31,11 @@ TO {agent};
 
 -- name: roles_approver
 -- The approver's (operator's) role: it reads everything it shows, and answers, resolves and
--- accepts through functions of its own.
+-- accepts through functions of its own. It may also fold `ctrlrun stats`'s rollup of the
+-- receipts (derived from them, rebuilt from them, not evidence).
 GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {approver};
+GRANT INSERT, UPDATE ON {schema}.receipt_stats, {schema}.stats_ambiguous, {schema}.stats_mark
+TO {approver};
 GRANT EXECUTE ON FUNCTION
     {schema}.ctrlrun_grant_approval, {schema}.ctrlrun_answer_approval,
     {schema}.ctrlrun_expire_approval, {schema}.ctrlrun_move_effect,

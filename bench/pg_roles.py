@@ -134,3 +134,51 @@ def definer_overhead(url: str, calls: int, rounds: int) -> float:
     extra = definer - plain
     print(f"  plain   {plain:7.2f} µs/call   definer {definer:7.2f} µs/call   (+{extra:.2f} µs)")
     return extra
+
+
+_HOT_LOOP = """
+DO $$
+DECLARE started timestamptz := clock_timestamp(); k text; r record;
+BEGIN
+    FOR i IN 1..{n} LOOP
+        k := '{prefix}-' || i;
+        PERFORM {schema}.ctrlrun_reserve_templated(
+            k, 'executing', 'act', 300000000, 'tok', NULL, 'mark', 1,
+            pg_catalog.jsonb_build_array(pg_catalog.jsonb_build_array(
+                'EFFECT_RESERVED', 'act', k, NULL, '{{"lease_expires_at":"mark"}}')),
+            NULL, NULL);
+        SELECT * INTO r FROM {schema}.ctrlrun_finish_effect(
+            k, 'committed', NULL, '1', NULL, NULL, 'tok2', 'executing', 'act', 1, NULL,
+            '[]'::jsonb, 'rcp-' || k, 'act', k, 'committed', '{{"p":"P","s":S}}', 'S', 'P');
+    END LOOP;
+    RAISE NOTICE '%', extract(epoch FROM clock_timestamp() - started);
+END $$
+"""
+
+
+def hot_path_on_the_server(url: str, calls: int, rounds: int) -> float:
+    """The two functions of a protected call's hot path, run on the server in one backend per
+    role (no network, no client), the agent's role against the owner, alternated: the only
+    place the roles differ. Returns the agent's median µs per call over the owner's."""
+    schema = pg_common.new_schema(url, "b_hot")
+    with _three_roles(url, schema) as (owner_url, agent_url):
+        per_call: dict[str, list[float]] = {"owner": [], "agent": []}
+        conns = {
+            k: psycopg.connect(u, autocommit=True)
+            for k, u in (("owner", owner_url), ("agent", agent_url))
+        }
+        notices: list[float] = []
+        for conn in conns.values():
+            conn.add_notice_handler(lambda d: notices.append(float(d.message_primary or 0)))
+        ident = sql.Identifier(schema).as_string(None)
+        for n in range(rounds):
+            for kind, conn in conns.items():
+                loop = _HOT_LOOP.format(n=calls, prefix=f"{kind}{n}", schema=ident)
+                conn.execute(loop)
+                per_call[kind].append(notices.pop() / calls * 1e6)
+        for conn in conns.values():
+            conn.close()
+    owner, agent = (statistics.median(per_call[k]) for k in ("owner", "agent"))
+    print("Postgres, a protected call's two functions run on the server, one backend per role")
+    print(f"  owner   {owner:7.1f} µs/call   agent {agent:7.1f} µs/call   ({agent / owner:.3f}×)")
+    return agent / owner

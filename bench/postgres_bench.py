@@ -264,6 +264,7 @@ def main() -> int:
         if args.only in (None, "roles"):
             ok &= pg_roles.agent_vs_owner(url, ops=30 if q else 100, rounds=3 if q else 21)
             pg_roles.definer_overhead(url, calls=2_000 if q else 20_000, rounds=3 if q else 9)
+            pg_roles.hot_path_on_the_server(url, calls=200 if q else 2_000, rounds=3 if q else 9)
     return 0 if ok else 1
 
 

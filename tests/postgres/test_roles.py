@@ -546,3 +546,33 @@ def test_the_agent_functions_are_the_ones_the_script_grants():
     text = Roles("s", "a", "b").statements()[1][1]
     granted = sorted(set(re.findall(r'"s"\.(ctrlrun_\w+)', text)))
     assert granted == sorted(AGENT_FUNCTIONS)
+
+
+def test_grants_applied_by_a_role_that_does_not_own_the_schema_are_refused(pg_server, pg_schema):
+    """A GRANT by a role without the grant option only warns: --apply reads back whether the
+    grants took, and refuses (granting nothing) when they did not."""
+    schema = pg_schema.schema
+    names = [unique_name(p) for p in ("app_", "agent_", "appr_")]
+    app_url = pg_server.create_role(names[0], usage_on=[schema], create_on=[schema])
+    for name in names[1:]:
+        pg_server.create_role(name)
+    try:
+        done = run(
+            "grants",
+            "--store-url",
+            with_schema(app_url, schema),
+            "--agent",
+            names[1],
+            "--approver",
+            names[2],
+            "--apply",
+        )
+        assert done.exit_code == 1 and "did not take" in done.stderr
+        with pg_server.connect() as conn:
+            held = conn.execute(
+                "SELECT has_schema_privilege(%s, %s, 'USAGE')", [names[1], schema]
+            ).fetchone()
+        assert held == (False,)
+    finally:
+        for name in reversed(names):
+            pg_server.drop_role(name)

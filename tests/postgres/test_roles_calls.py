@@ -97,6 +97,12 @@ def test_a_whole_protected_call_runs_under_the_agent_role(roles, is_async):
         assert refund("pay_big", 200_000) == "refunded"
         with pytest.raises(ActionDenied):  # denied: a refusal receipt
             refund("pay_huge", 5_000_000)
+        with pytest.raises(ApprovalRequired) as asked:  # a person's denial, with its reason
+            refund("pay_no", 300_000)
+        approver.deny_approval(asked.value.request_id, "bob", "not this customer")
+        with pytest.raises(ActionDenied) as denied:
+            refund("pay_no", 300_000)
+        assert denied.value.approver_reason == "not this customer"
         ran.append("fail")  # ambiguous: the remote's answer is lost
         with pytest.raises(TimeoutError):
             refund("pay_3", 5)

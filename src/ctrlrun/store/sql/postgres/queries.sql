@@ -76,10 +76,11 @@ FROM {schema}.approvals WHERE approval_id = %(approval_id)s;
 -- The request as approval_get reads it, its row locked until this transaction ends: the
 -- grants an answer counts after it include every grant committed before it (READ COMMITTED
 -- reads each statement afresh), so two simultaneous grants cannot both count one.
+-- By ctrlrun_lock_approval (migration 0003): a row lock needs UPDATE on the table, which only
+-- the owner holds.
 SELECT approval_id, action_hash, action_json, policy_hash, status, created_at, expires_at,
        approver, answered_at, consumed_at, consumed_by, required, excluded_json
-FROM {schema}.approvals WHERE approval_id = %(approval_id)s
-FOR UPDATE;
+FROM {schema}.ctrlrun_lock_approval(%(approval_id)s::text);
 
 -- name: approval_list
 SELECT approval_id, action_hash, action_json, policy_hash, status, created_at, expires_at,

@@ -179,6 +179,33 @@ BEGIN
 END
 $$;
 
+CREATE TABLE {schema}.approvals (
+    approval_id text NOT NULL COLLATE pg_catalog."C",
+    action_hash text NOT NULL COLLATE pg_catalog."C",
+    action_json text NOT NULL,
+    policy_hash text NOT NULL COLLATE pg_catalog."C",
+    status text NOT NULL COLLATE pg_catalog."C",
+    created_at timestamp with time zone NOT NULL,
+    expires_at timestamp with time zone NOT NULL,
+    approver text,
+    answered_at timestamp with time zone,
+    consumed_at timestamp with time zone,
+    consumed_by text COLLATE pg_catalog."C",
+    required integer DEFAULT 1 NOT NULL,
+    excluded_json text DEFAULT '[]'::text NOT NULL,
+    CONSTRAINT approvals_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'granted'::text, 'denied'::text, 'expired'::text, 'consumed'::text])))
+);
+
+CREATE FUNCTION {schema}.ctrlrun_lock_approval(p_approval_id text) RETURNS SETOF {schema}.approvals
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO '{schema}', 'pg_temp'
+    AS $$
+BEGIN
+    RETURN QUERY
+    SELECT * FROM "{schema}".approvals AS a WHERE a.approval_id = p_approval_id FOR UPDATE;
+END
+$$;
+
 CREATE FUNCTION {schema}.ctrlrun_move_effect(p_effect_key text, p_state text, p_updated_at timestamp with time zone, p_lease_expires_at timestamp with time zone, p_result_json text, p_error text, p_resolved_by text, p_write_token text, p_from_state text, p_action_id text, p_attempt integer) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO '{schema}', 'pg_temp'
@@ -363,23 +390,6 @@ CREATE TABLE {schema}.approval_grants (
     approver text NOT NULL COLLATE pg_catalog."C",
     granted_at timestamp with time zone NOT NULL,
     signature text
-);
-
-CREATE TABLE {schema}.approvals (
-    approval_id text NOT NULL COLLATE pg_catalog."C",
-    action_hash text NOT NULL COLLATE pg_catalog."C",
-    action_json text NOT NULL,
-    policy_hash text NOT NULL COLLATE pg_catalog."C",
-    status text NOT NULL COLLATE pg_catalog."C",
-    created_at timestamp with time zone NOT NULL,
-    expires_at timestamp with time zone NOT NULL,
-    approver text,
-    answered_at timestamp with time zone,
-    consumed_at timestamp with time zone,
-    consumed_by text COLLATE pg_catalog."C",
-    required integer DEFAULT 1 NOT NULL,
-    excluded_json text DEFAULT '[]'::text NOT NULL,
-    CONSTRAINT approvals_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'granted'::text, 'denied'::text, 'expired'::text, 'consumed'::text])))
 );
 
 CREATE TABLE {schema}.document_versions (

@@ -334,6 +334,18 @@ BEGIN
 END
 $body$;
 
+-- approval_get_locked: the request, its row locked until the answer's transaction ends, so
+-- simultaneous grants are counted one after another (the approver's role: a row lock needs
+-- UPDATE on the table, which no role but the owner holds).
+CREATE FUNCTION {schema}.ctrlrun_lock_approval(p_approval_id text)
+RETURNS SETOF {schema}.approvals
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = {schema}, pg_temp AS $body$
+BEGIN
+    RETURN QUERY
+    SELECT * FROM {schema}.approvals AS a WHERE a.approval_id = p_approval_id FOR UPDATE;
+END
+$body$;
+
 -- approval_answer: PENDING → GRANTED or DENIED (the approver's role).
 CREATE FUNCTION {schema}.ctrlrun_answer_approval(
     p_approval_id text, p_status text, p_approver text, p_answered_at timestamptz
@@ -380,5 +392,6 @@ REVOKE ALL ON FUNCTION
     {schema}.ctrlrun_record_template, {schema}.ctrlrun_accept_template,
     {schema}.ctrlrun_request_approval, {schema}.ctrlrun_consume_approval,
     {schema}.ctrlrun_expire_approval, {schema}.ctrlrun_grant_approval,
-    {schema}.ctrlrun_answer_approval, {schema}.ctrlrun_enqueue_outbox
+    {schema}.ctrlrun_answer_approval, {schema}.ctrlrun_enqueue_outbox,
+    {schema}.ctrlrun_lock_approval
 FROM PUBLIC;

@@ -16,9 +16,10 @@ GRANT USAGE ON SCHEMA {schema} TO {agent}, {approver};
 -- name: roles_agent
 -- The agent's role: protected calls, through the schema's functions only; it reads what a
 -- call decides on (a record, a request and its grants, a template, a receipt it re-reads
--- after a lost COMMIT) and the schema history its open compares.
+-- after a lost COMMIT, the reason a person gave for a denial) and the schema history its
+-- open compares.
 GRANT SELECT ON {schema}.schema_version, {schema}.effects, {schema}.approvals,
-    {schema}.approval_grants, {schema}.effect_templates, {schema}.receipts
+    {schema}.approval_grants, {schema}.effect_templates, {schema}.receipts, {schema}.events
 TO {agent};
 GRANT EXECUTE ON FUNCTION
     {schema}.ctrlrun_reserve_templated, {schema}.ctrlrun_finish_effect,
@@ -38,7 +39,7 @@ GRANT INSERT, UPDATE ON {schema}.receipt_stats, {schema}.stats_ambiguous, {schem
 TO {approver};
 GRANT EXECUTE ON FUNCTION
     {schema}.ctrlrun_grant_approval, {schema}.ctrlrun_answer_approval,
-    {schema}.ctrlrun_expire_approval, {schema}.ctrlrun_move_effect,
+    {schema}.ctrlrun_lock_approval, {schema}.ctrlrun_expire_approval, {schema}.ctrlrun_move_effect,
     {schema}.ctrlrun_accept_template, {schema}.ctrlrun_append_events
 TO {approver};
 

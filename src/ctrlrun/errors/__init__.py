@@ -63,6 +63,7 @@ from ctrlrun.errors.durable import (
     PlanRefused,
     Undeliverable,
 )
+from ctrlrun.errors.replication import ReplicationReason, ReplicationRefused, StaleTimeline
 
 __all__ = [
     "ActionDenied",
@@ -98,7 +99,10 @@ __all__ = [
     "ProtectionMismatch",
     "RefusalLoop",
     "Refused",
+    "ReplicationReason",
+    "ReplicationRefused",
     "SchemaMismatch",
+    "StaleTimeline",
     "StoreError",
     "StoreNotFound",
     "Undeliverable",

@@ -1,4 +1,4 @@
-"""The cost of least privilege (decision 0021): one client's protected call under the agent's
+"""The cost of least privilege (decision 0024): one client's protected call under the agent's
 role, against the same call under the store's owner, on one schema, alternated in one run.
 
 Three LOGIN roles are made for the run (and dropped after it): an owner that owns the schema

@@ -7,7 +7,7 @@ workload (a smoke run, not a measurement). Exit 1 when a target is missed.
 
 Targets (ratios in the same run): one-client protected call with an effect key at most 2x the floor;
 eight processes on distinct keys ≥ 4,000 protected calls/s; the same one-client call under
-the agent's role within 10% of the owner's (``--only roles``, decision 0021).
+the agent's role within 10% of the owner's (``--only roles``, decision 0024).
 """
 
 from __future__ import annotations

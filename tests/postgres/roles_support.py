@@ -1,4 +1,4 @@
-"""The three roles of a Postgres store on the test cluster (decision 0021), for the roles
+"""The three roles of a Postgres store on the test cluster (decision 0024), for the roles
 tests: a non-superuser owner that owns the schema and migrated it, an agent's role and an
 approver's role granted by ``ctrlrun grants --apply`` (the fixture ``roles``, registered by
 this folder's conftest)."""

@@ -24,7 +24,7 @@ WAIT = 30.0
 
 
 def is_effect_update(sql: str) -> bool:
-    """The effect's conditional move (a call of the schema's function, migration 0003)."""
+    """The effect's conditional move (a call of the schema's function, migration 0004)."""
     return ".ctrlrun_move_effect(" in sql and "COMMIT" not in sql
 
 

@@ -1,4 +1,4 @@
-"""Least privilege on Postgres (issue 26, decision 0021): with real LOGIN roles (the owner,
+"""Least privilege on Postgres (issue 26, decision 0024): with real LOGIN roles (the owner,
 the agent's, the approver's; ``roles_support``), every forbidden act is tried as the agent
 through its own connection — a write on a table of evidence, a grant, a reset, a function
 replaced or altered, a function called outside what it checks — and each meets ``permission

@@ -1,4 +1,4 @@
-"""The whole call path under the agent's role (issue 26, decision 0021): a protected call
+"""The whole call path under the agent's role (issue 26, decision 0024): a protected call
 allowed, approved by the approver's role, ambiguous then resolved, denied, sync and async; the
 lost-COMMIT re-read through the fault proxy; opening under a role that does not own the store
 (never migrates; behind, empty or missing a grant is refused naming the owner's command); and
@@ -179,7 +179,7 @@ def test_a_lost_commit_of_a_receipt_linked_on_the_shared_path_is_recognised(
 
 def test_a_role_that_does_not_own_the_store_never_migrates_it(roles):
     with roles.superuser() as conn:  # the store looks one migration behind this binary
-        conn.execute("DELETE FROM schema_version WHERE migration_id = '0003_roles'")
+        conn.execute("DELETE FROM schema_version WHERE migration_id = '0004_roles'")
     for url in (roles.agent_url, roles.approver_url):
         with pytest.raises(SchemaMismatch) as caught:
             PostgresStateStore(url, schema=roles.schema)
@@ -187,7 +187,7 @@ def test_a_role_that_does_not_own_the_store_never_migrates_it(roles):
         assert "behind" in str(caught.value)
     with roles.superuser() as conn:
         applied = conn.execute("SELECT migration_id FROM schema_version ORDER BY 1").fetchall()
-    assert applied == [("0001_schema",), ("0002_stats",)]
+    assert applied == [("0001_schema",), ("0002_stats",), ("0003_checkpoints",)]
 
 
 def test_an_empty_schema_is_not_created_by_the_agent_role(pg_server, pg_schema):

@@ -1,4 +1,4 @@
-"""``ctrlrun grants``: the three roles of a Postgres store, printed or applied (decision 0021)."""
+"""``ctrlrun grants``: the three roles of a Postgres store, printed or applied (decision 0024)."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@
 4. the schema exists (the store never creates it);
 5. the role may use it (``USAGE``); whether it may also create in it decides who it is: a
    role with ``CREATE`` is the store's owner, the one role that migrates; any other (an
-   agent's or an approver's role, decision 0021) never migrates;
+   agent's or an approver's role, decision 0024) never migrates;
 6. the recorded schema history is compared with this binary's before any other table is read;
    the owner's writing open then migrates forward, one transaction per migration with its
    ``schema_version`` row; any other open refuses a history that is not current, naming the

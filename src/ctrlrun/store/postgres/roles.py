@@ -1,4 +1,4 @@
-"""The three roles of a Postgres store (decision 0021): the grants ``ctrlrun grants`` prints
+"""The three roles of a Postgres store (decision 0024): the grants ``ctrlrun grants`` prints
 or applies.
 
 * the **owner** (the role the script runs as): it alone migrates, and owns every table and

@@ -8,7 +8,7 @@
 -- ---------------------------------------------------------------------------------- outbox
 
 -- name: outbox_enqueue
--- By ctrlrun_enqueue_outbox (migration 0003), so an agent's role can notify without a write
+-- By ctrlrun_enqueue_outbox (migration 0004), so an agent's role can notify without a write
 -- on the table; a row is selected only when the message was new.
 SELECT 1 AS changed
 FROM {schema}.ctrlrun_enqueue_outbox(

@@ -32,7 +32,7 @@ SELECT effect_key, state, action_id, attempt, created_at, updated_at, lease_expi
 FROM {schema}.effects WHERE state = %(state)s ORDER BY created_at, effect_key;
 
 -- Every write below is one call to a function of the schema that runs as its owner
--- (migration 0003, decision 0021): an agent's role holds EXECUTE on it, never a write on a
+-- (migration 0004, decision 0024): an agent's role holds EXECUTE on it, never a write on a
 -- table. A conditional write's function answers true when it changed its row, and the
 -- statement selects a row only then, so the row count means what the UPDATE's did.
 
@@ -76,7 +76,7 @@ FROM {schema}.approvals WHERE approval_id = %(approval_id)s;
 -- The request as approval_get reads it, its row locked until this transaction ends: the
 -- grants an answer counts after it include every grant committed before it (READ COMMITTED
 -- reads each statement afresh), so two simultaneous grants cannot both count one.
--- By ctrlrun_lock_approval (migration 0003): a row lock needs UPDATE on the table, which only
+-- By ctrlrun_lock_approval (migration 0004): a row lock needs UPDATE on the table, which only
 -- the owner holds.
 SELECT approval_id, action_hash, action_json, policy_hash, status, created_at, expires_at,
        approver, answered_at, consumed_at, consumed_by, required, excluded_json
@@ -175,6 +175,13 @@ WHERE approval_id = %(approval_id)s AND type = 'APPROVAL_DENIED'
 ORDER BY event_id DESC LIMIT 1;
 
 -- --- receipts and the chain ------------------------------------------------------------------
+
+-- name: chain_head_lock
+-- The head, locked to the end of the transaction: `ctrlrun prune` serialises with receipt
+-- writers by it (the owner's role: a row lock needs UPDATE, which no other role holds).
+-- Receipts themselves are appended by the schema's functions (receipt_link and the folded
+-- calls), which take the same lock.
+SELECT seq, hash FROM {schema}.receipt_chain WHERE id = 1 FOR UPDATE;
 
 -- name: chain_head_get
 SELECT seq, hash FROM {schema}.receipt_chain WHERE id = 1;

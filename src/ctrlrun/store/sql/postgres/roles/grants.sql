@@ -1,4 +1,4 @@
--- The three roles' grants (decision 0021; docs/postgres.md "Three roles"), as `ctrlrun grants`
+-- The three roles' grants (decision 0024; docs/postgres.md "Three roles"), as `ctrlrun grants`
 -- prints or applies them, in one transaction, as the store's owner. {schema}, {agent} and
 -- {approver} are composed as identifiers (psycopg.sql.Identifier), never formatted as text.
 -- Not a migration and not among the named queries (it lives in its own folder): it names

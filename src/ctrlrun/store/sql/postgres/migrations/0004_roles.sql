@@ -1,6 +1,6 @@
--- ctrlrun Postgres schema, 0003: every write a protected call or an answer makes goes through
+-- ctrlrun Postgres schema, 0004: every write a protected call or an answer makes goes through
 -- a function of the schema that runs as its owner (SECURITY DEFINER), so an agent's role needs
--- EXECUTE and a few SELECTs and never INSERT, UPDATE or DELETE (decision 0021,
+-- EXECUTE and a few SELECTs and never INSERT, UPDATE or DELETE (decision 0024,
 -- docs/postgres.md "Three roles"). {schema} is composed as an identifier.
 --
 -- Every function here:

@@ -6,7 +6,8 @@ workload is created and dropped) or a throwaway embedded cluster. ``--quick`` sh
 workload (a smoke run, not a measurement). Exit 1 when a target is missed.
 
 Targets (ratios in the same run): one-client protected call with an effect key at most 2x the floor;
-eight processes on distinct keys ≥ 4,000 protected calls/s.
+eight processes on distinct keys ≥ 4,000 protected calls/s; the same one-client call under
+the agent's role within 10% of the owner's (``--only roles``, decision 0024).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pg_common
+import pg_roles
 import pg_workers
 from pg_common import Floor, interleaved, show
 
@@ -246,7 +248,7 @@ def _plan(floor: Floor, ctl: ctrlrun.Control, steps: int) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run, not a measurement")
-    parser.add_argument("--only", choices=["one", "processes", "contended", "durable"])
+    parser.add_argument("--only", choices=["one", "processes", "contended", "durable", "roles"])
     args = parser.parse_args()
     q = args.quick
     ok = True
@@ -259,6 +261,10 @@ def main() -> int:
             contended(url, rounds=5 if q else 40)
         if args.only in (None, "durable"):
             durable(url, messages=50 if q else 300, steps=20 if q else 100)
+        if args.only in (None, "roles"):
+            ok &= pg_roles.agent_vs_owner(url, ops=30 if q else 100, rounds=3 if q else 21)
+            pg_roles.definer_overhead(url, calls=2_000 if q else 20_000, rounds=3 if q else 9)
+            pg_roles.hot_path_on_the_server(url, calls=200 if q else 2_000, rounds=3 if q else 9)
     return 0 if ok else 1
 
 

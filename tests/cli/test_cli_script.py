@@ -42,6 +42,7 @@ def test_the_script_is_installed_and_lists_its_commands_in_workflow_order(tmp_pa
     ]
     assert listed == [
         "init",
+        "grants",
         "demo",
         "effects",
         "resolve",

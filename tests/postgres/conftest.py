@@ -21,6 +21,8 @@ from support.pgbouncer import PgBouncer, start_pgbouncer
 from support.pgproxy import PgProxy
 from support.policies import POLICY
 
+from .roles_support import roles  # noqa: F401  (the three-roles fixture)
+
 KEY = "refund:pay_1"
 __all__ = ["KEY", "in_thread", "left_ambiguous", "wait_for_lock_waiter"]
 

@@ -196,7 +196,7 @@ class TestBeforeCommit:
         # a protected call's writes travel with their COMMIT (decision 0006); a transition on
         # the planner's path still has a statement of its own before it: hold that one
         start(direct, execute=False)
-        pg_proxy.hold(lambda s: "UPDATE" in s and ".effects" in s and "COMMIT" not in s)
+        pg_proxy.hold(lambda s: ".ctrlrun_move_effect(" in s and "COMMIT" not in s)
         attempt = in_thread(lambda: store.begin_execution(KEY, "act_1", 1))
         pg_proxy.wait_held(30)
         with pg_server.connect() as conn:

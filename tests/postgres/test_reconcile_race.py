@@ -24,7 +24,8 @@ WAIT = 30.0
 
 
 def is_effect_update(sql: str) -> bool:
-    return sql.lstrip().upper().startswith("UPDATE") and ".effects" in sql
+    """The effect's conditional move (a call of the schema's function, migration 0004)."""
+    return ".ctrlrun_move_effect(" in sql and "COMMIT" not in sql
 
 
 def test_the_loser_of_two_resolutions_is_refused_with_its_receipt(

@@ -122,7 +122,10 @@ class ConsumesBeforeReserving(Delegate):
                 txn, approval_id=request.approval_id, action_hash=request.action_hash or ""
             )
             consume_approval_in_txn(
-                txn, approval_id=request.approval_id, action_id=request.action_id
+                txn,
+                approval_id=request.approval_id,
+                action_id=request.action_id,
+                action_hash=request.action_hash or "",
             )
 
         self.inner.transact(consume)
@@ -173,7 +176,10 @@ class IgnoresExpiry(Delegate):
         if granted and record.is_expired(self.now()):
             self.inner.transact(
                 lambda txn: consume_approval_in_txn(
-                    txn, approval_id=record.approval_id, action_id=request.action_id
+                    txn,
+                    approval_id=record.approval_id,
+                    action_id=request.action_id,
+                    action_hash=record.action_hash,
                 )
             )
             request = replace(request, approval_id=None, action_hash=None)

@@ -23,10 +23,11 @@ SESSION_STATEMENT = re.compile(r"(SET\s+(?!LOCAL\b)|RESET|PREPARE|LISTEN|DISCARD
 SESSION_ANYWHERE = re.compile(
     r"pg_advisory_(?!xact_)|\bTEMP(ORARY)?\b|set_config\([^)]*false", re.I
 )
-# a row lock (FOR UPDATE) and an upsert's DO UPDATE are not table references, and a CTE's own
-# name needs no schema
+# a row lock (FOR UPDATE), an upsert's DO UPDATE and REVOKE … FROM PUBLIC (a role) are not
+# table references, and a CTE's own name needs no schema
 TABLE_REF = re.compile(
-    r"(?<!\bFOR )(?<!\bDO )\b(FROM|INTO|UPDATE|JOIN|TABLE)\s+(?!\(|\{schema\}\.|pg_catalog\.)(\w+)"
+    r"(?<!\bFOR )(?<!\bDO )\b(FROM|INTO|UPDATE|JOIN|TABLE)\s+"
+    r"(?!\(|\{schema\}\.|pg_catalog\.|PUBLIC\b)(\w+)"
 )
 CTE_NAME = re.compile(r"\b(\w+)\s+AS\s+\(", re.IGNORECASE)
 

@@ -18,6 +18,7 @@ from ctrlrun.cli.console import console, console_account
 from ctrlrun.cli.demo import demo
 from ctrlrun.cli.effects import effects, resolve
 from ctrlrun.cli.gateway import gateway
+from ctrlrun.cli.grants import grants
 from ctrlrun.cli.init import init
 from ctrlrun.cli.inspection import inspect
 from ctrlrun.cli.notify import notify
@@ -32,6 +33,7 @@ from ctrlrun.cli.verify import verify
 
 COMMANDS = (
     init,
+    grants,
     demo,
     effects,
     resolve,

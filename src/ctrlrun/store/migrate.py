@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
+from typing import Final, Protocol
 
 from ctrlrun.errors import SchemaMismatch
 
@@ -71,10 +71,24 @@ def refuse_unless_migratable(
     raise SchemaMismatch(message, applied=tuple(applied), known=tuple(known), running=running)
 
 
+READING_REMEDY: Final = (
+    "this command reads only and does not migrate: the store's owner migrates it (any"
+    " protected call by a process that owns it; on Postgres with roles, `ctrlrun grants"
+    " --store-url <the owner's URL> … --apply`)"
+)
+
+
 def refuse_unless_current(
-    plan: SchemaPlan, applied: Sequence[str], known: Sequence[str], running: str, where: str
+    plan: SchemaPlan,
+    applied: Sequence[str],
+    known: Sequence[str],
+    running: str,
+    where: str,
+    *,
+    remedy: str = READING_REMEDY,
 ) -> None:
-    """For read-only opens: anything but CURRENT is refused with an instruction."""
+    """For opens that never migrate: anything but CURRENT is refused with an instruction
+    (``remedy`` says who migrates a store that is behind, and how)."""
     refuse_unless_migratable(plan, applied, known, running, where)
     if plan.shape is SchemaShape.EMPTY:
         raise SchemaMismatch(
@@ -87,8 +101,7 @@ def refuse_unless_current(
     if plan.shape is SchemaShape.BEHIND:
         raise SchemaMismatch(
             f"{where} is at schema {applied[-1]}, behind this ctrlrun {running}"
-            f" ({known[-1]}); this command reads only and does not migrate: open the store"
-            " once with a writing process (any protected call) to migrate it",
+            f" ({known[-1]}); {remedy}",
             applied=tuple(applied),
             known=tuple(known),
             running=running,
@@ -155,8 +168,11 @@ def _pending(history: History, known: tuple[str, ...], running: str, migration_i
     return migration_id in plan.pending
 
 
-def check_current(history: History, known: Sequence[str], running: str) -> None:
-    """For a reading open: anything but an up-to-date history is refused with an
-    instruction (``SchemaMismatch``)."""
+def check_current(
+    history: History, known: Sequence[str], running: str, *, remedy: str = READING_REMEDY
+) -> None:
+    """For an open that never migrates: anything but an up-to-date history is refused with
+    an instruction (``SchemaMismatch``; ``remedy`` for one that is behind)."""
     applied = history.applied()
-    refuse_unless_current(classify(applied, known), applied, known, running, history.where)
+    plan = classify(applied, known)
+    refuse_unless_current(plan, applied, known, running, history.where, remedy=remedy)

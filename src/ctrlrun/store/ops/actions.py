@@ -51,7 +51,12 @@ def start_action_in_txn(txn: Txn, request: StartRequest) -> Started:
         )
     own: list[EventDraft] = []
     if approval is not None:
-        consume_approval_in_txn(txn, approval_id=approval.approval_id, action_id=request.action_id)
+        consume_approval_in_txn(
+            txn,
+            approval_id=approval.approval_id,
+            action_id=request.action_id,
+            action_hash=request.action_hash or "",
+        )
         own.append(
             EventDraft(
                 EventType.APPROVAL_CONSUMED,

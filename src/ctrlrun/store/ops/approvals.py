@@ -124,6 +124,7 @@ def _apply_refusal(txn: Txn, record: ApprovalRecord | None, plan: ApprovalPlan) 
                 "approval_id": record.approval_id,
                 "status": str(ApprovalStatus.EXPIRED),
                 "from_status": str(record.status),
+                "now": txn.ts(txn.now),
             },
         )
         append_events_in_txn(
@@ -242,11 +243,20 @@ def check_consumable_in_txn(
     return record
 
 
-def consume_approval_in_txn(txn: Txn, *, approval_id: str, action_id: str) -> None:
-    """GRANTED → CONSUMED by ``action_id``; a lost race is ``consumed`` (single use)."""
+def consume_approval_in_txn(
+    txn: Txn, *, approval_id: str, action_id: str, action_hash: str
+) -> None:
+    """GRANTED → CONSUMED by ``action_id``, for ``action_hash`` only (the statement checks it
+    again: on Postgres an agent's role reaches the row only through that check); a lost race
+    is ``consumed`` (single use)."""
     changed = txn.run(
         "approval_consume",
-        {"approval_id": approval_id, "consumed_at": txn.ts(txn.now), "consumed_by": action_id},
+        {
+            "approval_id": approval_id,
+            "action_hash": action_hash,
+            "consumed_at": txn.ts(txn.now),
+            "consumed_by": action_id,
+        },
     )
     if changed != 1:
         raise ApprovalMismatch(

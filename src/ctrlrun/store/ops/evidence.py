@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Final
+from typing import Any, Final, Protocol, runtime_checkable
 
 from ctrlrun.errors import StoreError
 from ctrlrun.kernel.event import EventDraft
@@ -35,10 +35,23 @@ EVENT_COLUMNS: Final = ("ts", "type", "action_id", "effect_key", "approval_id", 
 """The columns of ``event_insert``, in the order ``insert_event_rows`` takes them."""
 
 
+@runtime_checkable
+class LinkingTxn(Protocol):
+    """A transaction whose backend links a receipt itself (Postgres: a function of the schema
+    locks the head, links, hashes and advances it, so no role writes the chain directly)."""
+
+    def link_receipt(self, draft: Mapping[str, Any]) -> StoredReceipt:
+        """Number, link, hash and insert ``draft``; advance the head (held to the end)."""
+        ...
+
+
 def put_receipt_in_txn(txn: Txn, draft: Mapping[str, Any]) -> StoredReceipt:
     """Number, link, hash and insert ``draft``; advance the head. The head row is locked first
     and held to the end of the transaction, so concurrent writers queue instead of forking.
+    A backend that links receipts itself (``LinkingTxn``) does all of it.
     """
+    if isinstance(txn, LinkingTxn):
+        return txn.link_receipt(draft)
     head = txn.one("chain_head_lock", {})
     if head is None:
         raise StoreError("the receipt chain head row is missing; the store is damaged")

@@ -10,10 +10,13 @@
 3. ``server_encoding`` is ``UTF8``: a lossy encoding could turn two distinct effect keys into
    one, or one key into two;
 4. the schema exists (the store never creates it);
-5. the role may use it and create in it (a reading open needs only ``USAGE``);
+5. the role may use it (``USAGE``); whether it may also create in it decides who it is: a
+   role with ``CREATE`` is the store's owner, the one role that migrates; any other (an
+   agent's or an approver's role, decision 0024) never migrates;
 6. the recorded schema history is compared with this binary's before any other table is read;
-   a writing open then migrates forward, one transaction per migration with its
-   ``schema_version`` row.
+   the owner's writing open then migrates forward, one transaction per migration with its
+   ``schema_version`` row; any other open refuses a history that is not current, naming the
+   owner's command (``ctrlrun grants … --apply``), and an empty schema too.
 
 Concurrent first starts are safe without any advisory lock: the first migration's transaction
 creates ``schema_version``, and a second opener's ``CREATE`` blocks on it until that
@@ -47,8 +50,14 @@ VERSION_TABLE: Final = "schema_version"
 _RACED: Final = (errors.UniqueViolation, errors.DuplicateTable)
 
 
-def check_server(conn: Connection, queries: dict[str, str], schema: str, *, writing: bool) -> None:
-    """Checks 2 to 5 of the module docstring, in that order; the refusal names what to fix."""
+OWNER_COMMAND: Final = (
+    "ctrlrun grants --store-url <the owner's URL> --agent <role> --approver <role> --apply"
+)
+
+
+def check_server(conn: Connection, queries: dict[str, str], schema: str, *, writing: bool) -> bool:
+    """Checks 2 to 5 of the module docstring, in that order; the refusal names what to fix.
+    True when the role may create in the schema (the owner, who alone migrates)."""
     row = conn.execute(queries["open_probe"], {"schema": schema}).fetchone()
     assert row is not None
     database = conn.info.dbname
@@ -69,16 +78,49 @@ def check_server(conn: Connection, queries: dict[str, str], schema: str, *, writ
             f"schema {schema!r} does not exist in database {database!r}; ctrlrun never creates"
             f" it: run CREATE SCHEMA {_ident(schema)} and grant the role USAGE and CREATE on it"
         )
-    needed = ("USAGE", "CREATE") if writing else ("USAGE",)
-    held = {"USAGE": row["can_use"], "CREATE": row["can_create"]}
-    missing = [p for p in needed if not held[p]]
-    if missing:
-        role = _ident(row["role_name"])
-        grant = f"GRANT {', '.join(needed)} ON SCHEMA {_ident(schema)} TO {role}"
-        raise StoreError(
-            f"role {row['role_name']!r} lacks {' and '.join(missing)} on schema {schema!r}"
-            f" (migrations run at every open); run: {grant}"
+    if not row["can_use"]:
+        needed = ("USAGE", "CREATE") if writing else ("USAGE",)
+        grant = (
+            f"GRANT {', '.join(needed)} ON SCHEMA {_ident(schema)} TO {_ident(row['role_name'])}"
         )
+        raise StoreError(
+            f"role {row['role_name']!r} lacks USAGE on schema {schema!r}; run: {grant}"
+            " (an agent's or an approver's role: the owner runs `ctrlrun grants`)"
+        )
+    return bool(row["can_create"])
+
+
+def _unowned_empty(row_role: str, schema: str, where: str) -> StoreError:
+    grant = f"GRANT USAGE, CREATE ON SCHEMA {_ident(schema)} TO {_ident(row_role)}"
+    return StoreError(
+        f"{where} holds no ctrlrun store, and role {row_role!r} lacks CREATE on schema"
+        f" {schema!r}: a role that does not own the store never creates or migrates it. The"
+        f" owner creates it and grants the roles with `{OWNER_COMMAND}`; or, for one role"
+        f" that owns the store itself, run: {grant}"
+    )
+
+
+def check_callable(conn: Connection, queries: dict[str, str], schema: str, role: str) -> None:
+    """A writing role that does not own the store must hold EXECUTE on every call function
+    (``roles.AGENT_FUNCTIONS``): one it lacks is refused here, naming the owner's command,
+    rather than at the first call's write (an upgrade whose grants were not re-applied)."""
+    from ctrlrun.store.postgres.roles import AGENT_FUNCTIONS
+
+    params = {"schema": schema, "names": list(AGENT_FUNCTIONS)}
+    missing = [str(r["name"]) for r in conn.execute(queries["open_uncallable"], params)]
+    if missing:
+        raise StoreError(
+            f"role {role!r} does not own schema {schema!r} and may not execute {missing}: a"
+            " protected call writes only through them; the owner grants them with"
+            f" `{OWNER_COMMAND}`"
+        )
+
+
+def _unowned_remedy(role: str) -> str:
+    return (
+        f"role {role!r} does not own the store and never migrates it: the owner migrates it"
+        f" and grants what the new schema needs with `{OWNER_COMMAND}`"
+    )
 
 
 class PgHistory:
@@ -170,12 +212,19 @@ def open_engine(
                 " (or Control.from_file(create=True)); a store is never created implicitly",
                 location=where,
             )
-        check_server(conn, queries, schema, writing=writing)
+        owner = check_server(conn, queries, schema, writing=writing)
         migrations = migrations_for(schema)
-        if writing:
+        known = [migration_id for migration_id, _ in migrations]
+        if writing and owner:
             migrate_forward(history, migrations, __version__)
+        elif writing:
+            role = str(conn.info.user)
+            if not history.applied():
+                raise _unowned_empty(role, schema, where)
+            check_current(history, known, __version__, remedy=_unowned_remedy(role))
+            check_callable(conn, queries, schema, role)
         else:
-            check_current(history, [migration_id for migration_id, _ in migrations], __version__)
+            check_current(history, known, __version__)
     except psycopg.Error as exc:
         connections.close()
         raise StoreError(f"opening the Postgres store (schema {schema!r}) failed: {exc}") from exc

@@ -134,9 +134,11 @@ def start_plain(txn: PgTxn, request: StartRequest) -> Started:
 
 
 def append_events(txn: PgTxn, drafts: Iterable[EventDraft]) -> None:
-    """Queue ``drafts`` in order, stamped with the transaction's time: one statement."""
-    rows = (_event_params(txn, draft) for draft in drafts)
-    txn.run_rows_later("event_insert_folded", "event_row_folded", rows)
+    """Queue ``drafts`` in order, stamped with the transaction's time: one call of
+    ``ctrlrun_append_events`` (``events_append``), none when there are no events."""
+    drafts = tuple(drafts)
+    if drafts:
+        txn.run_later("events_append", {"now": txn.now_param, "events": events_json(drafts)})
 
 
 _EVENTS_JSON: Final = json.JSONEncoder(
@@ -155,17 +157,6 @@ def events_json(drafts: Iterable[EventDraft]) -> str:
             for d in drafts
         ]
     )
-
-
-def _event_params(txn: PgTxn, draft: EventDraft) -> dict[str, Any]:
-    return {
-        "now": txn.now_param,
-        "type": str(draft.type),
-        "action_id": draft.action_id,
-        "effect_key": draft.effect_key,
-        "approval_id": draft.approval_id,
-        "data_json": event_data_json(draft.data),
-    }
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,8 @@
 
 from __future__ import annotations
 
+import itertools
+import json
 import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -32,11 +34,12 @@ from typing import Any
 
 import psycopg
 
-from ctrlrun.store.ops.evidence import EVENT_COLUMNS
+from ctrlrun.kernel.receipt import StoredReceipt
 from ctrlrun.store.postgres.connections import Connection
 from ctrlrun.store.postgres.witness import DEFERRABLE, EFFECT_WRITES, Witness
 
 Row = dict[str, Any]
+_EVENTS_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 _NUL = "\x00"
 
 
@@ -116,8 +119,26 @@ class PgTxn:
             self.run_later(query, one)
 
     def insert_event_rows(self, rows: Sequence[tuple[Any, ...]]) -> None:
-        """See ``Txn.insert_event_rows``: ``event_insert`` per row, queued for the COMMIT."""
-        self.run_many("event_insert", [dict(zip(EVENT_COLUMNS, row, strict=True)) for row in rows])
+        """See ``Txn.insert_event_rows``: one ``events_append`` call (a function of the schema)
+        per run of rows stamped with one instant, queued for the COMMIT."""
+        for ts, group in itertools.groupby(rows, key=lambda row: row[0]):
+            events = [list(row[1:]) for row in group]
+            self.run_later("events_append", {"now": ts, "events": _EVENTS_JSON(events)})
+
+    def link_receipt(self, draft: Mapping[str, Any]) -> StoredReceipt:
+        """The chained receipt ``draft``, linked to the locked head and hashed on the server
+        (``receipt_link``): the shared path's receipt, through the same function as the
+        folded ones, so no role needs a write on the receipts or the head. Sent at once (the
+        caller needs the seq and hash); witnessed as the folded receipt is."""
+        from ctrlrun.store.postgres.folded import RECEIPT, receipt_write
+
+        (name, prefix, params), pending = receipt_write(self, draft)
+        row = self.one("receipt_link", {prefix + key: value for key, value in params.items()})
+        if row is None:  # the function raises rather than return nothing; defensive
+            raise AssertionError("receipt_link returned no row")
+        self.witness.saw(name, params, 1)
+        assert name == RECEIPT
+        return StoredReceipt(int(row["seq"]), pending.receipt_id, row["document"], row["hash"])
 
     def run_later(self, query: str, params: Mapping[str, Any]) -> None:
         """Queue ``query``; it travels with the next statement or the COMMIT. Only for

@@ -8,11 +8,14 @@
 -- ---------------------------------------------------------------------------------- outbox
 
 -- name: outbox_enqueue
-INSERT INTO {schema}.outbox (message_id, topic, payload_json, dedupe_key, status, attempts,
-                             next_attempt_at, created_at, updated_at)
-VALUES (%(message_id)s, %(topic)s, %(payload_json)s, %(dedupe_key)s::text, 'pending', 0,
-        COALESCE(%(available_at)s::timestamptz, now()), now(), now())
-ON CONFLICT (topic, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING;
+-- By ctrlrun_enqueue_outbox (migration 0004), so an agent's role can notify without a write
+-- on the table; a row is selected only when the message was new.
+SELECT 1 AS changed
+FROM {schema}.ctrlrun_enqueue_outbox(
+    %(message_id)s::text, %(topic)s::text, %(payload_json)s::text, %(dedupe_key)s::text,
+    %(available_at)s::timestamptz
+) AS w(ok)
+WHERE w.ok;
 
 -- name: outbox_by_key
 SELECT * FROM {schema}.outbox WHERE topic = %(topic)s AND dedupe_key = %(dedupe_key)s;

@@ -51,11 +51,3 @@ FROM {schema}.ctrlrun_record_receipt(
     %(r_seq_mark)s, %(r_prev_mark)s
 ) AS a;
 
--- name: event_insert_folded
--- A transaction's events in one statement: this head, then one row per event in order (the
--- identity column numbers them in the order of the VALUES list).
-INSERT INTO {schema}.events (ts, type, action_id, effect_key, approval_id, data_json) VALUES;
-
--- name: event_row_folded
-(COALESCE(%(now)s::timestamptz, now()), %(type)s, %(action_id)s, %(effect_key)s,
- %(approval_id)s, %(data_json)s);

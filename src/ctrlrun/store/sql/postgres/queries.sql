@@ -31,31 +31,39 @@ SELECT effect_key, state, action_id, attempt, created_at, updated_at, lease_expi
        result_json, error, resolved_by
 FROM {schema}.effects WHERE state = %(state)s ORDER BY created_at, effect_key;
 
+-- Every write below is one call to a function of the schema that runs as its owner
+-- (migration 0004, decision 0024): an agent's role holds EXECUTE on it, never a write on a
+-- table. A conditional write's function answers true when it changed its row, and the
+-- statement selects a row only then, so the row count means what the UPDATE's did.
+
 -- name: effect_insert
 -- The reservation: the unique key decides the one winner; the caller checks the row count.
-INSERT INTO {schema}.effects
-    (effect_key, state, action_id, attempt, created_at, updated_at, lease_expires_at,
-     write_token)
-VALUES
-    (%(effect_key)s, %(state)s, %(action_id)s, %(attempt)s, %(created_at)s, %(updated_at)s,
-     %(lease_expires_at)s, %(write_token)s)
-ON CONFLICT (effect_key) DO NOTHING;
+SELECT 1 AS changed
+FROM {schema}.ctrlrun_insert_effect(
+    %(effect_key)s::text, %(state)s::text, %(action_id)s::text, %(attempt)s::integer,
+    %(created_at)s::timestamptz, %(updated_at)s::timestamptz,
+    %(lease_expires_at)s::timestamptz, %(write_token)s::text
+) AS w(ok)
+WHERE w.ok;
 
 -- name: effect_renew
-UPDATE {schema}.effects
-SET state = %(state)s, action_id = %(action_id)s, attempt = %(attempt)s,
-    updated_at = %(updated_at)s, lease_expires_at = %(lease_expires_at)s, result_json = NULL,
-    error = NULL, resolved_by = NULL, write_token = %(write_token)s
-WHERE effect_key = %(effect_key)s AND state = 'failed' AND attempt = %(from_attempt)s
-  AND action_id = %(from_action_id)s;
+SELECT 1 AS changed
+FROM {schema}.ctrlrun_renew_effect(
+    %(effect_key)s::text, %(state)s::text, %(action_id)s::text, %(attempt)s::integer,
+    %(updated_at)s::timestamptz, %(lease_expires_at)s::timestamptz, %(write_token)s::text,
+    %(from_attempt)s::integer, %(from_action_id)s::text
+) AS w(ok)
+WHERE w.ok;
 
 -- name: effect_move
-UPDATE {schema}.effects
-SET state = %(state)s, updated_at = %(updated_at)s, lease_expires_at = %(lease_expires_at)s,
-    result_json = %(result_json)s, error = %(error)s,
-    resolved_by = COALESCE(%(resolved_by)s, resolved_by), write_token = %(write_token)s
-WHERE effect_key = %(effect_key)s AND state = %(from_state)s AND action_id = %(action_id)s
-  AND attempt = %(attempt)s;
+SELECT 1 AS changed
+FROM {schema}.ctrlrun_move_effect(
+    %(effect_key)s::text, %(state)s::text, %(updated_at)s::timestamptz,
+    %(lease_expires_at)s::timestamptz, %(result_json)s::text, %(error)s::text,
+    %(resolved_by)s::text, %(write_token)s::text, %(from_state)s::text, %(action_id)s::text,
+    %(attempt)s::integer
+) AS w(ok)
+WHERE w.ok;
 
 -- --- approvals -------------------------------------------------------------------------------
 
@@ -68,10 +76,11 @@ FROM {schema}.approvals WHERE approval_id = %(approval_id)s;
 -- The request as approval_get reads it, its row locked until this transaction ends: the
 -- grants an answer counts after it include every grant committed before it (READ COMMITTED
 -- reads each statement afresh), so two simultaneous grants cannot both count one.
+-- By ctrlrun_lock_approval (migration 0004): a row lock needs UPDATE on the table, which only
+-- the owner holds.
 SELECT approval_id, action_hash, action_json, policy_hash, status, created_at, expires_at,
        approver, answered_at, consumed_at, consumed_by, required, excluded_json
-FROM {schema}.approvals WHERE approval_id = %(approval_id)s
-FOR UPDATE;
+FROM {schema}.ctrlrun_lock_approval(%(approval_id)s::text);
 
 -- name: approval_list
 SELECT approval_id, action_hash, action_json, policy_hash, status, created_at, expires_at,
@@ -97,17 +106,21 @@ ORDER BY created_at, approval_id;
 SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended(%(action_hash)s, 0));
 
 -- name: approval_insert
-INSERT INTO {schema}.approvals
-    (approval_id, action_hash, action_json, policy_hash, status, created_at, expires_at,
-     required, excluded_json)
-VALUES
-    (%(approval_id)s, %(action_hash)s, %(action_json)s, %(policy_hash)s, %(status)s,
-     %(created_at)s, %(expires_at)s, %(required)s, %(excluded_json)s);
+SELECT 1 AS changed
+FROM {schema}.ctrlrun_request_approval(
+    %(approval_id)s::text, %(action_hash)s::text, %(action_json)s::text,
+    %(policy_hash)s::text, %(status)s::text, %(created_at)s::timestamptz,
+    %(expires_at)s::timestamptz, %(required)s::integer, %(excluded_json)s::text
+) AS w(ok)
+WHERE w.ok;
 
 -- name: approval_grant_insert
-INSERT INTO {schema}.approval_grants (approval_id, approver, granted_at, signature)
-VALUES (%(approval_id)s, %(approver)s, %(granted_at)s, %(signature)s)
-ON CONFLICT (approval_id, approver) DO NOTHING;
+SELECT 1 AS changed
+FROM {schema}.ctrlrun_grant_approval(
+    %(approval_id)s::text, %(approver)s::text, %(granted_at)s::timestamptz,
+    %(signature)s::text
+) AS w(ok)
+WHERE w.ok;
 
 -- name: approval_grant_list
 SELECT approver, granted_at, signature FROM {schema}.approval_grants
@@ -115,25 +128,36 @@ WHERE approval_id = %(approval_id)s
 ORDER BY granted_at, approver COLLATE "C";
 
 -- name: approval_answer
-UPDATE {schema}.approvals
-SET status = %(status)s, approver = %(approver)s, answered_at = %(answered_at)s
-WHERE approval_id = %(approval_id)s AND status = 'pending';
+SELECT 1 AS changed
+FROM {schema}.ctrlrun_answer_approval(
+    %(approval_id)s::text, %(status)s::text, %(approver)s::text, %(answered_at)s::timestamptz
+) AS w(ok)
+WHERE w.ok;
 
 -- name: approval_set_status
-UPDATE {schema}.approvals SET status = %(status)s
-WHERE approval_id = %(approval_id)s AND status = %(from_status)s;
+-- Only to EXPIRED, and only past the request's expiry (at the transaction's time).
+SELECT 1 AS changed
+FROM {schema}.ctrlrun_expire_approval(
+    %(approval_id)s::text, %(status)s::text, %(from_status)s::text, %(now)s::timestamptz
+) AS w(ok)
+WHERE w.ok;
 
 -- name: approval_consume
--- Single use: a compare-and-set on 'granted'; the caller checks the row count.
-UPDATE {schema}.approvals
-SET status = 'consumed', consumed_at = %(consumed_at)s, consumed_by = %(consumed_by)s
-WHERE approval_id = %(approval_id)s AND status = 'granted';
+-- Single use: a compare-and-set on 'granted', for this action's hash, unexpired; the caller
+-- checks the row count.
+SELECT 1 AS changed
+FROM {schema}.ctrlrun_consume_approval(
+    %(approval_id)s::text, %(action_hash)s::text, %(consumed_at)s::timestamptz,
+    %(consumed_by)s::text
+) AS w(ok)
+WHERE w.ok;
 
 -- --- events ----------------------------------------------------------------------------------
 
--- name: event_insert
-INSERT INTO {schema}.events (ts, type, action_id, effect_key, approval_id, data_json)
-VALUES (%(ts)s, %(type)s, %(action_id)s, %(effect_key)s, %(approval_id)s, %(data_json)s);
+-- name: events_append
+-- A transaction's events, in order, as one jsonb array (folded.events_json), stamped with
+-- %(now)s (None: the server's now()).
+SELECT {schema}.ctrlrun_append_events(%(now)s::timestamptz, %(events)s::jsonb) AS appended;
 
 -- name: event_list
 SELECT event_id, ts, type, action_id, effect_key, approval_id, data_json
@@ -153,21 +177,26 @@ ORDER BY event_id DESC LIMIT 1;
 -- --- receipts and the chain ------------------------------------------------------------------
 
 -- name: chain_head_lock
--- Taken first by every receipt write and held to the end of its transaction.
+-- The head, locked to the end of the transaction: `ctrlrun prune` serialises with receipt
+-- writers by it (the owner's role: a row lock needs UPDATE, which no other role holds).
+-- Receipts themselves are appended by the schema's functions (receipt_link and the folded
+-- calls), which take the same lock.
 SELECT seq, hash FROM {schema}.receipt_chain WHERE id = 1 FOR UPDATE;
 
 -- name: chain_head_get
 SELECT seq, hash FROM {schema}.receipt_chain WHERE id = 1;
 
--- name: chain_head_set
-UPDATE {schema}.receipt_chain SET seq = %(seq)s, hash = %(hash)s WHERE id = 1;
-
--- name: receipt_insert
-INSERT INTO {schema}.receipts
-    (receipt_id, seq, action_id, effect_key, result, document, hash, created_at)
-VALUES
-    (%(receipt_id)s, %(seq)s, %(action_id)s, %(effect_key)s, %(result)s, %(document)s,
-     %(hash)s, %(created_at)s);
+-- name: receipt_link
+-- A chained receipt on its own (the shared path: PgTxn.link_receipt), by
+-- ctrlrun_record_receipt with no events: the head locked and held to the end of the
+-- transaction, the receipt linked to it and hashed on the server, the head advanced. No
+-- caller states a seq, a predecessor or a hash. Returns the receipt's seq, document and hash.
+SELECT a.seq, a.document, a.hash
+FROM {schema}.ctrlrun_record_receipt(
+    %(r_now)s::timestamptz, '[]'::jsonb,
+    %(r_receipt_id)s, %(r_action_id)s, %(r_effect_key)s, %(r_result)s, %(r_template)s,
+    %(r_seq_mark)s, %(r_prev_mark)s
+) AS a;
 
 -- name: receipt_get
 SELECT receipt_id, seq, document, hash FROM {schema}.receipts
@@ -205,6 +234,16 @@ SELECT pg_catalog.pg_is_in_recovery() AS in_recovery,
 FROM (SELECT 1) AS one
 LEFT JOIN pg_catalog.pg_namespace AS n ON n.nspname = %(schema)s;
 
+-- name: open_uncallable
+-- The call functions (by name, %(names)s) this role may not execute: a role that does not own
+-- the store is refused at open when it lacks one, instead of failing its first call.
+SELECT p.proname AS name
+FROM pg_catalog.pg_proc AS p
+JOIN pg_catalog.pg_namespace AS n ON n.oid = p.pronamespace
+WHERE n.nspname = %(schema)s AND p.proname = ANY(%(names)s::text[])
+  AND NOT pg_catalog.has_function_privilege(p.oid, 'EXECUTE')
+ORDER BY p.proname;
+
 -- name: schema_tables
 SELECT c.relname AS name
 FROM pg_catalog.pg_class AS c
@@ -239,16 +278,18 @@ SELECT action, template, recorded_at, accepted_by FROM {schema}.effect_templates
 WHERE action = %(action)s;
 
 -- name: effect_template_insert
-INSERT INTO {schema}.effect_templates (action, template, recorded_at, accepted_by)
-VALUES (%(action)s, %(template)s, %(recorded_at)s, NULL)
-ON CONFLICT (action) DO NOTHING;
+SELECT 1 AS changed
+FROM {schema}.ctrlrun_record_template(
+    %(action)s::text, %(template)s::text, %(recorded_at)s::timestamptz
+) AS w(ok)
+WHERE w.ok;
 
 -- name: effect_template_accept
-INSERT INTO {schema}.effect_templates (action, template, recorded_at, accepted_by)
-VALUES (%(action)s, %(template)s, %(recorded_at)s, %(accepted_by)s)
-ON CONFLICT (action) DO UPDATE
-SET template = excluded.template, recorded_at = excluded.recorded_at,
-    accepted_by = excluded.accepted_by;
+SELECT 1 AS changed
+FROM {schema}.ctrlrun_accept_template(
+    %(action)s::text, %(template)s::text, %(recorded_at)s::timestamptz, %(accepted_by)s::text
+) AS w(ok)
+WHERE w.ok;
 
 -- name: effect_template_list
 SELECT action, template, recorded_at, accepted_by FROM {schema}.effect_templates

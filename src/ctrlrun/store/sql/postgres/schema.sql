@@ -4,17 +4,114 @@
 
 CREATE SCHEMA {schema};
 
+CREATE FUNCTION {schema}.ctrlrun_accept_template(p_action text, p_template text, p_recorded_at timestamp with time zone, p_accepted_by text) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO '{schema}', 'pg_temp'
+    AS $$
+BEGIN
+    IF p_accepted_by IS NULL THEN
+        RAISE EXCEPTION 'ctrlrun: an accepted template names who accepted it'
+            USING ERRCODE = 'CR002';
+    END IF;
+    INSERT INTO "{schema}".effect_templates (action, template, recorded_at, accepted_by)
+    VALUES (p_action, p_template, p_recorded_at, p_accepted_by)
+    ON CONFLICT (action) DO UPDATE
+    SET template = excluded.template, recorded_at = excluded.recorded_at,
+        accepted_by = excluded.accepted_by;
+    RETURN FOUND;
+END
+$$;
+
+CREATE FUNCTION {schema}.ctrlrun_answer_approval(p_approval_id text, p_status text, p_approver text, p_answered_at timestamp with time zone) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO '{schema}', 'pg_temp'
+    AS $$
+BEGIN
+    IF p_status IS NULL OR p_status NOT IN ('granted', 'denied') OR p_approver IS NULL THEN
+        RAISE EXCEPTION 'ctrlrun: an answer grants or denies, and names who answered'
+            USING ERRCODE = 'CR002';
+    END IF;
+    UPDATE "{schema}".approvals AS a
+    SET status = p_status, approver = p_approver, answered_at = p_answered_at
+    WHERE a.approval_id = p_approval_id AND a.status = 'pending';
+    RETURN FOUND;
+END
+$$;
+
+CREATE FUNCTION {schema}.ctrlrun_append_events(p_now timestamp with time zone, p_events jsonb) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO '{schema}', 'pg_temp'
+    AS $$
+BEGIN
+    INSERT INTO "{schema}".events (ts, type, action_id, effect_key, approval_id, data_json)
+    SELECT COALESCE(p_now, pg_catalog.now()), e.row ->> 0, e.row ->> 1, e.row ->> 2,
+           e.row ->> 3, e.row ->> 4
+    FROM pg_catalog.jsonb_array_elements(p_events) WITH ORDINALITY AS e(row, i)
+    ORDER BY e.i;
+END
+$$;
+
+CREATE FUNCTION {schema}.ctrlrun_consume_approval(p_approval_id text, p_action_hash text, p_consumed_at timestamp with time zone, p_consumed_by text) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO '{schema}', 'pg_temp'
+    AS $$
+BEGIN
+    UPDATE "{schema}".approvals AS a
+    SET status = 'consumed', consumed_at = p_consumed_at, consumed_by = p_consumed_by
+    WHERE a.approval_id = p_approval_id AND a.status = 'granted'
+      AND a.action_hash = p_action_hash AND a.expires_at >= p_consumed_at
+      AND p_consumed_by IS NOT NULL;
+    RETURN FOUND;
+END
+$$;
+
+CREATE FUNCTION {schema}.ctrlrun_enqueue_outbox(p_message_id text, p_topic text, p_payload_json text, p_dedupe_key text, p_available_at timestamp with time zone) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO '{schema}', 'pg_temp'
+    AS $$
+BEGIN
+    INSERT INTO "{schema}".outbox (message_id, topic, payload_json, dedupe_key, status, attempts,
+                                 next_attempt_at, created_at, updated_at)
+    VALUES (p_message_id, p_topic, p_payload_json, p_dedupe_key, 'pending', 0,
+            COALESCE(p_available_at, pg_catalog.now()), pg_catalog.now(), pg_catalog.now())
+    ON CONFLICT (topic, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING;
+    RETURN FOUND;
+END
+$$;
+
+CREATE FUNCTION {schema}.ctrlrun_expire_approval(p_approval_id text, p_status text, p_from_status text, p_now timestamp with time zone) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO '{schema}', 'pg_temp'
+    AS $$
+BEGIN
+    IF p_status IS DISTINCT FROM 'expired' OR p_from_status IS NULL
+       OR p_from_status NOT IN ('pending', 'granted') THEN
+        RAISE EXCEPTION 'ctrlrun: only a pending or granted request expires'
+            USING ERRCODE = 'CR002';
+    END IF;
+    UPDATE "{schema}".approvals AS a SET status = 'expired'
+    WHERE a.approval_id = p_approval_id AND a.status = p_from_status
+      AND a.expires_at < COALESCE(p_now, pg_catalog.now());
+    RETURN FOUND;
+END
+$$;
+
 CREATE FUNCTION {schema}.ctrlrun_finish_effect(p_effect_key text, p_state text, p_lease_expires_at timestamp with time zone, p_result_json text, p_error text, p_resolved_by text, p_write_token text, p_from_state text, p_action_id text, p_attempt integer, p_now timestamp with time zone, p_events jsonb, p_receipt_id text, p_receipt_action_id text, p_receipt_effect_key text, p_result text, p_template text, p_seq_mark text, p_prev_mark text, OUT seq bigint, OUT document text, OUT hash text) RETURNS record
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO '{schema}', 'pg_temp'
     AS $$
 DECLARE
     stamped_at timestamptz := COALESCE(p_now, pg_catalog.now());
     head record;
 BEGIN
+    IF p_from_state IS DISTINCT FROM 'executing' OR p_resolved_by IS NOT NULL
+       OR p_state IS NULL OR p_state NOT IN ('committed', 'failed', 'ambiguous') THEN
+        RAISE EXCEPTION 'ctrlrun: an outcome moves an executing attempt to an outcome'
+            USING ERRCODE = 'CR002';
+    END IF;
     UPDATE "{schema}".effects AS f
     SET state = p_state, updated_at = stamped_at, lease_expires_at = p_lease_expires_at,
-        result_json = p_result_json, error = p_error,
-        resolved_by = COALESCE(p_resolved_by, f.resolved_by), write_token = p_write_token
+        result_json = p_result_json, error = p_error, write_token = p_write_token
     WHERE f.effect_key = p_effect_key AND f.state = p_from_state AND f.action_id = p_action_id
       AND f.attempt = p_attempt;
     IF NOT FOUND THEN
@@ -45,8 +142,100 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION {schema}.ctrlrun_grant_approval(p_approval_id text, p_approver text, p_granted_at timestamp with time zone, p_signature text) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO '{schema}', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM 1 FROM "{schema}".approvals AS a
+    WHERE a.approval_id = p_approval_id AND a.status = 'pending';
+    IF NOT FOUND OR p_approver IS NULL THEN
+        RETURN false;
+    END IF;
+    INSERT INTO "{schema}".approval_grants (approval_id, approver, granted_at, signature)
+    VALUES (p_approval_id, p_approver, p_granted_at, p_signature)
+    ON CONFLICT (approval_id, approver) DO NOTHING;
+    RETURN FOUND;
+END
+$$;
+
+CREATE FUNCTION {schema}.ctrlrun_insert_effect(p_effect_key text, p_state text, p_action_id text, p_attempt integer, p_created_at timestamp with time zone, p_updated_at timestamp with time zone, p_lease_expires_at timestamp with time zone, p_write_token text) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO '{schema}', 'pg_temp'
+    AS $$
+BEGIN
+    IF p_attempt IS NULL OR p_attempt <> 1 OR p_state IS NULL
+       OR p_state NOT IN ('reserved', 'executing') OR p_lease_expires_at IS NULL THEN
+        RAISE EXCEPTION 'ctrlrun: a new effect is attempt 1, reserved or executing, leased'
+            USING ERRCODE = 'CR002';
+    END IF;
+    INSERT INTO "{schema}".effects
+        (effect_key, state, action_id, attempt, created_at, updated_at, lease_expires_at,
+         write_token)
+    VALUES (p_effect_key, p_state, p_action_id, p_attempt, p_created_at, p_updated_at,
+            p_lease_expires_at, p_write_token)
+    ON CONFLICT (effect_key) DO NOTHING;
+    RETURN FOUND;
+END
+$$;
+
+CREATE TABLE {schema}.approvals (
+    approval_id text NOT NULL COLLATE pg_catalog."C",
+    action_hash text NOT NULL COLLATE pg_catalog."C",
+    action_json text NOT NULL,
+    policy_hash text NOT NULL COLLATE pg_catalog."C",
+    status text NOT NULL COLLATE pg_catalog."C",
+    created_at timestamp with time zone NOT NULL,
+    expires_at timestamp with time zone NOT NULL,
+    approver text,
+    answered_at timestamp with time zone,
+    consumed_at timestamp with time zone,
+    consumed_by text COLLATE pg_catalog."C",
+    required integer DEFAULT 1 NOT NULL,
+    excluded_json text DEFAULT '[]'::text NOT NULL,
+    CONSTRAINT approvals_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'granted'::text, 'denied'::text, 'expired'::text, 'consumed'::text])))
+);
+
+CREATE FUNCTION {schema}.ctrlrun_lock_approval(p_approval_id text) RETURNS SETOF {schema}.approvals
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO '{schema}', 'pg_temp'
+    AS $$
+BEGIN
+    RETURN QUERY
+    SELECT * FROM "{schema}".approvals AS a WHERE a.approval_id = p_approval_id FOR UPDATE;
+END
+$$;
+
+CREATE FUNCTION {schema}.ctrlrun_move_effect(p_effect_key text, p_state text, p_updated_at timestamp with time zone, p_lease_expires_at timestamp with time zone, p_result_json text, p_error text, p_resolved_by text, p_write_token text, p_from_state text, p_action_id text, p_attempt integer) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO '{schema}', 'pg_temp'
+    AS $$
+BEGIN
+    IF NOT COALESCE(
+        (p_from_state = 'reserved' AND p_state IN ('executing', 'ambiguous')
+            AND p_resolved_by IS NULL)
+        OR (p_from_state = 'executing' AND p_state IN ('committed', 'failed', 'ambiguous')
+            AND p_resolved_by IS NULL)
+        OR (p_from_state = 'ambiguous' AND p_state IN ('committed', 'failed')
+            AND p_resolved_by IS NOT NULL),
+        false
+    ) THEN
+        RAISE EXCEPTION 'ctrlrun: an effect does not move from % to %', p_from_state, p_state
+            USING ERRCODE = 'CR002';
+    END IF;
+    UPDATE "{schema}".effects AS f
+    SET state = p_state, updated_at = p_updated_at, lease_expires_at = p_lease_expires_at,
+        result_json = p_result_json, error = p_error,
+        resolved_by = COALESCE(p_resolved_by, f.resolved_by), write_token = p_write_token
+    WHERE f.effect_key = p_effect_key AND f.state = p_from_state AND f.action_id = p_action_id
+      AND f.attempt = p_attempt;
+    RETURN FOUND;
+END
+$$;
+
 CREATE FUNCTION {schema}.ctrlrun_record_receipt(p_now timestamp with time zone, p_events jsonb, p_receipt_id text, p_receipt_action_id text, p_receipt_effect_key text, p_result text, p_template text, p_seq_mark text, p_prev_mark text, OUT seq bigint, OUT document text, OUT hash text) RETURNS record
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO '{schema}', 'pg_temp'
     AS $$
 DECLARE
     stamped_at timestamptz := COALESCE(p_now, pg_catalog.now());
@@ -76,13 +265,71 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION {schema}.ctrlrun_record_template(p_action text, p_template text, p_recorded_at timestamp with time zone) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO '{schema}', 'pg_temp'
+    AS $$
+BEGIN
+    INSERT INTO "{schema}".effect_templates (action, template, recorded_at, accepted_by)
+    VALUES (p_action, p_template, p_recorded_at, NULL)
+    ON CONFLICT (action) DO NOTHING;
+    RETURN FOUND;
+END
+$$;
+
+CREATE FUNCTION {schema}.ctrlrun_renew_effect(p_effect_key text, p_state text, p_action_id text, p_attempt integer, p_updated_at timestamp with time zone, p_lease_expires_at timestamp with time zone, p_write_token text, p_from_attempt integer, p_from_action_id text) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO '{schema}', 'pg_temp'
+    AS $$
+BEGIN
+    IF p_attempt IS NULL OR p_from_attempt IS NULL OR p_attempt <> p_from_attempt + 1
+       OR p_state IS NULL
+       OR p_state NOT IN ('reserved', 'executing') OR p_lease_expires_at IS NULL THEN
+        RAISE EXCEPTION 'ctrlrun: a renewal is the next attempt, reserved or executing, leased'
+            USING ERRCODE = 'CR002';
+    END IF;
+    UPDATE "{schema}".effects AS f
+    SET state = p_state, action_id = p_action_id, attempt = p_attempt,
+        updated_at = p_updated_at, lease_expires_at = p_lease_expires_at, result_json = NULL,
+        error = NULL, resolved_by = NULL, write_token = p_write_token
+    WHERE f.effect_key = p_effect_key AND f.state = 'failed' AND f.attempt = p_from_attempt
+      AND f.action_id = p_from_action_id;
+    RETURN FOUND;
+END
+$$;
+
+CREATE FUNCTION {schema}.ctrlrun_request_approval(p_approval_id text, p_action_hash text, p_action_json text, p_policy_hash text, p_status text, p_created_at timestamp with time zone, p_expires_at timestamp with time zone, p_required integer, p_excluded_json text) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO '{schema}', 'pg_temp'
+    AS $$
+BEGIN
+    IF p_status IS DISTINCT FROM 'pending' OR p_required IS NULL OR p_required < 1
+       OR p_expires_at IS NULL OR p_created_at IS NULL OR p_expires_at <= p_created_at THEN
+        RAISE EXCEPTION 'ctrlrun: a new request is pending and expires after it is made'
+            USING ERRCODE = 'CR002';
+    END IF;
+    INSERT INTO "{schema}".approvals
+        (approval_id, action_hash, action_json, policy_hash, status, created_at, expires_at,
+         required, excluded_json)
+    VALUES (p_approval_id, p_action_hash, p_action_json, p_policy_hash, 'pending',
+            p_created_at, p_expires_at, p_required, p_excluded_json);
+    RETURN true;
+END
+$$;
+
 CREATE FUNCTION {schema}.ctrlrun_reserve_effect(p_effect_key text, p_state text, p_action_id text, p_lease_us bigint, p_write_token text, p_now timestamp with time zone, p_lease_mark text, p_mark_row integer, p_events jsonb, OUT stamped_at timestamp with time zone) RETURNS timestamp with time zone
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO '{schema}', 'pg_temp'
     AS $$
 DECLARE
     expiry timestamptz;
     expiry_text text;
 BEGIN
+    IF p_state IS NULL OR p_state NOT IN ('reserved', 'executing') OR p_lease_us IS NULL
+       OR p_lease_us <= 0 THEN
+        RAISE EXCEPTION 'ctrlrun: a reservation is reserved or executing, with a lease'
+            USING ERRCODE = 'CR002';
+    END IF;
     stamped_at := COALESCE(p_now, pg_catalog.now());
     expiry := stamped_at + p_lease_us * interval '1 microsecond';
     INSERT INTO "{schema}".effects
@@ -109,7 +356,8 @@ END
 $$;
 
 CREATE FUNCTION {schema}.ctrlrun_reserve_templated(p_effect_key text, p_state text, p_action_id text, p_lease_us bigint, p_write_token text, p_now timestamp with time zone, p_lease_mark text, p_mark_row integer, p_events jsonb, p_action text, p_template text, OUT stamped_at timestamp with time zone) RETURNS timestamp with time zone
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO '{schema}', 'pg_temp'
     AS $$
 DECLARE
     known text;
@@ -142,23 +390,6 @@ CREATE TABLE {schema}.approval_grants (
     approver text NOT NULL COLLATE pg_catalog."C",
     granted_at timestamp with time zone NOT NULL,
     signature text
-);
-
-CREATE TABLE {schema}.approvals (
-    approval_id text NOT NULL COLLATE pg_catalog."C",
-    action_hash text NOT NULL COLLATE pg_catalog."C",
-    action_json text NOT NULL,
-    policy_hash text NOT NULL COLLATE pg_catalog."C",
-    status text NOT NULL COLLATE pg_catalog."C",
-    created_at timestamp with time zone NOT NULL,
-    expires_at timestamp with time zone NOT NULL,
-    approver text,
-    answered_at timestamp with time zone,
-    consumed_at timestamp with time zone,
-    consumed_by text COLLATE pg_catalog."C",
-    required integer DEFAULT 1 NOT NULL,
-    excluded_json text DEFAULT '[]'::text NOT NULL,
-    CONSTRAINT approvals_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'granted'::text, 'denied'::text, 'expired'::text, 'consumed'::text])))
 );
 
 CREATE TABLE {schema}.checkpoints (

@@ -94,7 +94,7 @@ WHERE approval_id = :approval_id AND status = :from_status;
 
 -- name: approval_consume
 UPDATE approvals SET status = 'consumed', consumed_at = :consumed_at, consumed_by = :consumed_by
-WHERE approval_id = :approval_id AND status = 'granted';
+WHERE approval_id = :approval_id AND status = 'granted' AND action_hash = :action_hash;
 
 -- name: event_insert
 INSERT INTO events (ts, type, action_id, effect_key, approval_id, data_json)

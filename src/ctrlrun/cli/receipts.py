@@ -16,7 +16,7 @@ from ctrlrun.cli.common import (
     table,
     who,
 )
-from ctrlrun.kernel.receipt import ChainReport, Receipt, verify_chain
+from ctrlrun.kernel.receipt import ChainReport, Receipt
 from ctrlrun.store.protocol import StateStore
 
 HEADER: Final = ("SEQ", "FINISHED", "RESULT", "ACTION", "EFFECT KEY", "AGENT", "ACTION ID", "WHY")
@@ -25,6 +25,8 @@ _SNAPSHOT_TRIES: Final = 5
 
 def read_document(receipt: Receipt) -> dict[str, Any] | str:
     """The receipt's document, or why it cannot be read (an altered row is shown, not fatal)."""
+    if receipt.unreadable is not None:
+        return receipt.unreadable
     try:
         document: Any = receipt.document  # the stored text may be any JSON, or none
     except ValueError as exc:
@@ -139,15 +141,17 @@ def chain_snapshot(store: StateStore) -> tuple[tuple[Receipt, ...], ChainReport]
 
     Receipts and head are separate reads: an agent appending in between would look like a
     ``head_mismatch``. A head that did not move across the read means the rows are the ones
-    it describes; after a few moving tries the last read is judged as it stands.
+    it describes; after a few moving tries the last read is judged as it stands. The verdict
+    is the store's own ``verify_chain``, which reads the indexed columns too
+    (``column_mismatch``); the listing's rows only name the receipts it concerns.
     """
     for _ in range(_SNAPSHOT_TRIES):
         before = store.chain_head()
         rows = store.receipts()
-        after = store.chain_head()
-        if before == after:
+        report = store.verify_chain()
+        if before == report.head == store.chain_head():
             break
-    return rows, verify_chain(rows, after)
+    return rows, report
 
 
 def break_rows(rows: Sequence[Receipt], report: ChainReport) -> list[dict[str, Any]]:

@@ -84,10 +84,24 @@ def receipt_from_row(row: Row, *, columns: bool = False) -> StoredReceipt:
     """A ``StoredReceipt`` exactly as stored; with ``columns``, its indexed columns too (the
     row must have them), for verification."""
     seq = row["seq"]
+    receipt_id, text, digest = row["receipt_id"], row["document"], row["hash"]
+    wrong = [
+        _not_text(name, value)
+        for name, value in (("receipt_id", receipt_id), ("document", text), ("hash", digest))
+        if not isinstance(value, str) and (value is not None or name != "hash")
+    ]
     return StoredReceipt(
         seq=None if seq is None else int(seq),
-        receipt_id=row["receipt_id"],
-        text=row["document"],
-        hash=row["hash"],
+        receipt_id=receipt_id if isinstance(receipt_id, str) else "-",
+        text=text if isinstance(text, str) else "",
+        hash=digest if isinstance(digest, str) else None,
         columns=(row["action_id"], row["effect_key"], row["result"]) if columns else None,
+        unreadable="; ".join(wrong) or None,
     )
+
+
+def _not_text(column: str, value: Any) -> str:
+    """Why ``value`` cannot be the text ``column`` holds (SQLite lets any column hold a BLOB)."""
+    if isinstance(value, bytes):
+        return f"{column} holds a BLOB of {len(value)} bytes, not text"
+    return f"{column} holds {type(value).__name__}, not text"

@@ -89,3 +89,38 @@ def test_verify_chain_checks_the_indexed_columns_as_the_docs_say(store_url, valu
     assert [line.split()[:3] for line in result.stdout.splitlines()[1:]] == [
         ["seq", "3", "column_mismatch"]
     ]
+
+
+@pytest.fixture
+def scene_url(empty):
+    from support.cli import Scene
+
+    (empty / ".ctrlrun").mkdir()
+    scene = Scene(empty)
+    scene.committed("pay_1")
+    scene.pending("pay_3")
+    scene.close()
+    return scene.path, scene.url
+
+
+@pytest.mark.parametrize(
+    ("statement", "command", "named"),
+    [
+        ("UPDATE effects SET attempt = 'first'", ("effects",), "effect 'refund:pay_1'"),
+        ("UPDATE effects SET action_id = X'ff00'", ("effects",), "effect 'refund:pay_1'"),
+        ("UPDATE approvals SET action_json = X'ff00'", ("approvals",), "approval 'apr_"),
+        ("UPDATE approvals SET action_json = '{'", ("approvals",), "approval 'apr_"),
+        ("UPDATE effects SET created_at = X'ff00'", ("effects",), "created_at holds a BLOB"),
+        ("UPDATE effects SET updated_at = 'noon'", ("effects",), "timestamp column holds 'noon'"),
+    ],
+)
+def test_an_unreadable_record_is_one_line_naming_it(scene_url, statement, command, named):
+    # fuzzing found each of these failing through the catch-all ("unexpected ValueError")
+    path, url = scene_url
+    with sqlite3.connect(path) as db:
+        db.execute(statement)
+    db.close()
+    result = run(*command, "--store-url", url)
+    assert result.exit_code == 1
+    assert "unexpected" not in result.stderr
+    assert named in result.stderr and "the store was altered or damaged" in result.stderr

@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
+from ctrlrun.errors import StoreError
 from ctrlrun.kernel.approval import ApprovalRecord, ApprovalStatus
 from ctrlrun.kernel.effect import EffectRecord, EffectState
 from ctrlrun.kernel.event import Event, EventType
@@ -25,6 +26,31 @@ class Row(Protocol):
 
 
 ReadTs = Callable[[Any], datetime]
+T = TypeVar("T")
+
+
+def _readable(what: str, row: Row, key: str, build: Callable[[], T]) -> T:
+    """``build()``, or a ``StoreError`` naming the row when a column holds what the record
+    cannot (a BLOB, a state no version wrote, broken JSON): a store altered behind its back
+    is reported, never answered with a bare ``ValueError``."""
+    try:
+        # no column of any table holds bytes: a BLOB was written behind the store's back
+        blob = next((c for c in _columns(row) if isinstance(row[c], bytes)), None)
+        if blob is not None:
+            raise TypeError(f"{blob} holds a BLOB")
+        return build()
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        value = row[key]
+        name = f"<BLOB of {len(value)} bytes>" if isinstance(value, bytes) else repr(value)[:80]
+        raise StoreError(
+            f"{what} {name} cannot be read ({exc}): the store was altered or damaged",
+            unreadable=what,
+        ) from exc
+
+
+def _columns(row: Row) -> list[str]:
+    keys = getattr(row, "keys", None)
+    return list(keys()) if keys is not None else []
 
 
 def _opt_ts(read_ts: ReadTs, value: Any) -> datetime | None:
@@ -32,7 +58,11 @@ def _opt_ts(read_ts: ReadTs, value: Any) -> datetime | None:
 
 
 def effect_from_row(row: Row, read_ts: ReadTs) -> EffectRecord:
-    """An ``EffectRecord`` from an ``effects`` row."""
+    """An ``EffectRecord`` from an ``effects`` row (``StoreError`` if it cannot be read)."""
+    return _readable("effect", row, "effect_key", lambda: _effect(row, read_ts))
+
+
+def _effect(row: Row, read_ts: ReadTs) -> EffectRecord:
     result_json = row["result_json"]
     return EffectRecord(
         effect_key=row["effect_key"],
@@ -49,7 +79,11 @@ def effect_from_row(row: Row, read_ts: ReadTs) -> EffectRecord:
 
 
 def approval_from_row(row: Row, read_ts: ReadTs) -> ApprovalRecord:
-    """An ``ApprovalRecord`` from an ``approvals`` row."""
+    """An ``ApprovalRecord`` from an ``approvals`` row (``StoreError`` if it cannot be read)."""
+    return _readable("approval", row, "approval_id", lambda: _approval(row, read_ts))
+
+
+def _approval(row: Row, read_ts: ReadTs) -> ApprovalRecord:
     return ApprovalRecord(
         approval_id=row["approval_id"],
         action_hash=row["action_hash"],
@@ -68,7 +102,11 @@ def approval_from_row(row: Row, read_ts: ReadTs) -> ApprovalRecord:
 
 
 def event_from_row(row: Row, read_ts: ReadTs) -> Event:
-    """An ``Event`` from an ``events`` row."""
+    """An ``Event`` from an ``events`` row (``StoreError`` if it cannot be read)."""
+    return _readable("event", row, "event_id", lambda: _event(row, read_ts))
+
+
+def _event(row: Row, read_ts: ReadTs) -> Event:
     return Event(
         event_id=int(row["event_id"]),
         ts=read_ts(row["ts"]),

@@ -112,6 +112,12 @@ def scene_url(empty):
         ("UPDATE approvals SET action_json = '{'", ("approvals",), "approval 'apr_"),
         ("UPDATE effects SET created_at = X'ff00'", ("effects",), "created_at holds a BLOB"),
         ("UPDATE effects SET updated_at = 'noon'", ("effects",), "timestamp column holds 'noon'"),
+        ("UPDATE approvals SET action_json = -1", ("approvals",), "action_json holds int"),
+        (
+            "UPDATE receipt_chain SET seq = X'ff00'",
+            ("receipts", "--verify-chain"),
+            "the receipt chain head row cannot be read",
+        ),
     ],
 )
 def test_an_unreadable_record_is_one_line_naming_it(scene_url, statement, command, named):

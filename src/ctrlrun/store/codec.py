@@ -48,6 +48,14 @@ def _readable(what: str, row: Row, key: str, build: Callable[[], T]) -> T:
         ) from exc
 
 
+def _json(row: Row, column: str, kind: type[T]) -> T:
+    """The JSON ``column`` holds, which must be a ``kind`` (an object, a list)."""
+    value = json.loads(row[column])
+    if not isinstance(value, kind):
+        raise TypeError(f"{column} holds {type(value).__name__}, not {kind.__name__}")
+    return value
+
+
 def _columns(row: Row) -> list[str]:
     keys = getattr(row, "keys", None)
     return list(keys()) if keys is not None else []
@@ -87,7 +95,7 @@ def _approval(row: Row, read_ts: ReadTs) -> ApprovalRecord:
     return ApprovalRecord(
         approval_id=row["approval_id"],
         action_hash=row["action_hash"],
-        action=json.loads(row["action_json"]),
+        action=_json(row, "action_json", dict),
         policy_hash=row["policy_hash"],
         status=ApprovalStatus(row["status"]),
         created_at=read_ts(row["created_at"]),
@@ -97,7 +105,7 @@ def _approval(row: Row, read_ts: ReadTs) -> ApprovalRecord:
         consumed_at=_opt_ts(read_ts, row["consumed_at"]),
         consumed_by=row["consumed_by"],
         required=int(row["required"]),
-        excluded=tuple(json.loads(row["excluded_json"])),
+        excluded=tuple(_json(row, "excluded_json", list)),
     )
 
 
@@ -114,7 +122,7 @@ def _event(row: Row, read_ts: ReadTs) -> Event:
         action_id=row["action_id"],
         effect_key=row["effect_key"],
         approval_id=row["approval_id"],
-        data=json.loads(row["data_json"]),
+        data=_json(row, "data_json", dict),
     )
 
 

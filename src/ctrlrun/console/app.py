@@ -16,7 +16,7 @@ from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ctrlrun.console import documents, durable, effects, inbox, receipts
+from ctrlrun.console import documents, durable, effects, inbox, receipts, stats
 from ctrlrun.console.approvals_source import InboxSource
 from ctrlrun.console.auth import COOKIE, SESSION_TTL, Gate
 from ctrlrun.console.render import SECURITY_HEADERS, page
@@ -58,14 +58,24 @@ class SignedIn:
 
 def _sign_in_routes(gate: Gate) -> list[Route]:
     async def form(request: Request) -> Response:
-        return page(request, "sign_in.html", failed=False, proxy=gate.trusted_header)
+        return page(request, "sign_in.html", failed=False, wait=None, proxy=gate.trusted_header)
 
     async def submit(request: Request) -> Response:
         posted = await request.form()
         name, password = str(posted.get("name", "")), str(posted.get("password", ""))
-        sid = await run_in_threadpool(gate.sign_in, name, password)
+        address = request.client.host if request.client else None
+        wait = gate.throttle.wait(name, address)
+        if wait is not None:  # refused before the password is looked at
+            refused = page(
+                request, "sign_in.html", 429, failed=False, wait=wait, proxy=gate.trusted_header
+            )
+            refused.headers["Retry-After"] = str(wait)
+            return refused
+        sid = await run_in_threadpool(gate.sign_in, name, password, address)
         if sid is None:
-            return page(request, "sign_in.html", 401, failed=True, proxy=gate.trusted_header)
+            return page(
+                request, "sign_in.html", 401, failed=True, wait=None, proxy=gate.trusted_header
+            )
         done = RedirectResponse("/", status_code=303)
         done.set_cookie(
             COOKIE,
@@ -109,6 +119,7 @@ def create_app(store: Any, gate: Gate, signing_key: bytes | None = None) -> ASGI
         *inbox.routes(InboxSource(store, signing_key), gate),
         *effects.routes(store, gate),
         *receipts.routes(store),
+        *stats.routes(store),
         *durable.routes(store, gate),
         *documents.routes(store, gate),
     ]

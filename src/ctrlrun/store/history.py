@@ -32,7 +32,7 @@ def receipt_documents(
         rows = store.read(partial(_page, after=after, since=start, page=page))
         for row in rows:
             after = int(row["seq"])
-            document = _parsed(row["document"])
+            document = parse_document(row["document"])
             if document is not None:
                 yield document
         if len(rows) < page:
@@ -43,7 +43,8 @@ def _page(txn: Txn, *, after: int, since: datetime, page: int) -> Sequence[Row]:
     return txn.all("receipt_page", {"after": after, "since": txn.ts(since), "page": page})
 
 
-def _parsed(text: Any) -> dict[str, Any] | None:
+def parse_document(text: Any) -> dict[str, Any] | None:
+    """A stored receipt's document as a dict; None if it is not a JSON object."""
     try:
         document = json.loads(text)
     except (TypeError, ValueError):

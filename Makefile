@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 CORE   := $(VENV)/.core
 DIST   ?= dist
 
-.PHONY: test check lint typecheck unit demo dist bench soak clean
+.PHONY: test check lint typecheck unit demo dist bench soak fuzz clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,12 @@ DURATION ?= 30
 BACKEND  ?= sqlite
 soak: $(STAMP)
 	cd bench/soak && ../../$(BIN)/python soak.py --backend $(BACKEND) --duration $(DURATION) $(SOAK_ARGS)
+
+## fuzz: the fuzz suite (tests/fuzz, docs/fuzzing.md) with a long, random example budget;
+##       `make test` runs the same tests with a small, derandomized one (FUZZ_EXAMPLES per test)
+FUZZ_EXAMPLES ?= 5000
+fuzz: $(STAMP)
+	CTRLRUN_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest tests/fuzz tests/unit/test_template_one_key.py -p no:cacheprovider --timeout 0 $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .coverage build dist src/*.egg-info

@@ -8,6 +8,8 @@
 * At most ``max_connections`` connections are served at once; a request on one more is answered
   ``503`` at once.
 * ``X-Forwarded-*`` headers are not trusted: no proxy stands in front of this server.
+* A malformed request (a broken chunked body, say) is answered ``400`` by uvicorn, once, with
+  one warning line and no traceback, whatever the app was doing with the request.
 
 The body's own deadline is the app's (``documents.server`` reads it under ``timeout``).
 """
@@ -46,6 +48,18 @@ def deadline_protocol(timeout: float) -> type[asyncio.Protocol]:
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
             super().connection_lost(exc)
+
+        def send_400_response(self, msg: str) -> None:
+            # uvicorn answers a malformed request 400 itself, even while the app still owns
+            # the request; the app's own answer would then meet h11 in MUST_CLOSE and log a
+            # traceback per request (a log flood any client can cause). Mark the exchange
+            # over for the app, and answer only if no response has begun.
+            if self.cycle is not None:
+                self.cycle.disconnected = True
+            if self.conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+                super().send_400_response(msg)
+            else:
+                self.transport.close()
 
         def _arm(self) -> None:
             self._disarm()

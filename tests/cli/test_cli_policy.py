@@ -13,7 +13,7 @@ from ctrlrun import EffectTemplateChanged
 from ctrlrun.config import load_policy_file
 from support.cli import refused, run
 
-REKEYED = 'effect: "refund:{payment_id}:{amount}"'
+REKEYED = 'effect: "refund:{payment_id}:{amount:int}"'
 
 
 def rekey(project):
@@ -54,7 +54,7 @@ def test_accept_takes_the_policy_file_s_template_and_unblocks(scene, project):
         result = run("policy", "accept", "stripe.refund")
         assert result.exit_code == 0, result.output
         assert result.stdout == (
-            "accepted refund:{payment_id}:{amount} for stripe.refund"
+            "accepted refund:{payment_id}:{amount:int} for stripe.refund"
             " (was refund:{payment_id}), as cli:local\n"
         )
         assert refund("pay_9", 5) == "ok"

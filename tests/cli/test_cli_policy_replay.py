@@ -24,7 +24,9 @@ from support.policies import POLICY
 STRICTER = POLICY.replace("amount_lte: 100000}", "amount_lte: 1000}").replace(
     "crm.read:\n    decision: allow", "crm.read:\n    decision: deny"
 )
-REKEYED = POLICY.replace('effect: "refund:{payment_id}"', 'effect: "refund:{payment_id}:{amount}"')
+REKEYED = POLICY.replace(
+    'effect: "refund:{payment_id}"', 'effect: "refund:{payment_id}:{amount:int}"'
+)
 
 
 def _fill(scene: Scene) -> None:

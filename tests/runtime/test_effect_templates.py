@@ -16,7 +16,9 @@ from ctrlrun.kernel.event import EventType
 from ctrlrun.store.templates import accept_effect_template, effect_templates
 from support.policies import POLICY
 
-REKEYED = POLICY.replace('effect: "refund:{payment_id}"', 'effect: "refund:{payment_id}:{amount}"')
+REKEYED = POLICY.replace(
+    'effect: "refund:{payment_id}"', 'effect: "refund:{payment_id}:{amount:int}"'
+)
 
 
 @pytest.fixture

@@ -158,3 +158,56 @@ def test_one_policy_decides_the_whole_call(tmp_path, monkeypatch, kind):
     assert receipts[0]["policy_hash"] == allow_hash
     assert receipts[1]["policy_hash"] != allow_hash
     control.store.close()
+
+
+BROKEN_NOTIFY = (
+    ALLOW
+    + """\
+notify:
+  - name: ops
+    url: "http://["
+    secret_env: OPS_SECRET
+"""
+)
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_reload_the_url_parser_chokes_on_denies_every_call(project, kind):
+    """A fuzzing find: ``http://[`` made ``urlsplit`` raise a bare ``ValueError`` that escaped
+    the reload into every protected call."""
+    path, control, read = project
+
+    @ctrlrun.protect("crm.read", control=control)
+    async def aread(customer: str):
+        return customer
+
+    def call(customer):
+        return read(customer) if kind == "sync" else asyncio.run(aread(customer))
+
+    with ctrlrun.context("bot"):
+        assert call("c1") == "c1"
+        edit(path, BROKEN_NOTIFY)
+        for customer in ("c2", "c3"):
+            with pytest.raises(ActionDenied) as denied:
+                call(customer)
+            assert denied.value.reason is DenyReason.POLICY_UNLOADABLE
+            assert f"{path}:5" in str(denied.value)
+        edit(path, ALLOW)
+        assert call("c4") == "c4"
+
+
+def test_a_loader_bug_denies_instead_of_escaping(project, monkeypatch):
+    """Whatever the loader raises, a policy that did not load denies: fail closed."""
+    import ctrlrun.config
+
+    path, _control, read = project
+
+    def broken(_path):
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(ctrlrun.config, "load_policy_file", broken)
+    edit(path, DENY)
+    with ctrlrun.context("bot"), pytest.raises(ActionDenied) as denied:
+        read("c1")
+    assert denied.value.reason is DenyReason.POLICY_UNLOADABLE
+    assert "KeyError" in str(denied.value) and str(path) in str(denied.value)

@@ -88,9 +88,10 @@ class TestAction:
 
 class TestTemplate:
     def test_renders_arguments_and_the_resource(self):
-        template = Template.parse("refund:{payment_id}@{resource}")
+        template = Template.parse("refund:{payment_id:int}@{resource}")
         assert template.placeholders == ("payment_id", "resource")
         assert template.render({"payment_id": 7}, "acct:1") == "refund:7@acct:1"
+        assert template.shape == "refund:{payment_id}@{resource}"
 
     @pytest.mark.parametrize("source", ["", "a{", "a}", "{1x}", "{a.b}", "{{a}}", "{a:>3}", "{}"])
     def test_malformed_templates_are_refused_at_parse(self, source):

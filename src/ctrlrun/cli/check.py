@@ -4,13 +4,15 @@ Each module is imported (the working directory first on ``sys.path``, as ``pytho
 and every function protected with ``@protect`` found in it, or in a class defined in it, is
 checked against the policy (``plan_protection``): an action the policy does not name, a
 template or rule naming an argument the function lacks, an action every call of which is
-denied. Exit 0 when everything fits; 1 on any finding (the findings on stdout, one ``Error: …``
-line on stderr) or refusal.
+denied, an effect-key placeholder whose type (``{p}`` text, ``{p:int}`` integer; decision
+0024) disagrees with its parameter's ``int``/``str`` annotation. Exit 0 when everything fits;
+1 on any finding (the findings on stdout, one ``Error: …`` line on stderr) or refusal.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +24,7 @@ import click
 from ctrlrun.cli.common import Refusal, json_line, say, table
 from ctrlrun.config import load_policy_file
 from ctrlrun.kernel.policy import Policy
-from ctrlrun.kernel.protection import Finding, plan_protection
+from ctrlrun.kernel.protection import Finding, plan_key_types, plan_protection
 from ctrlrun.runtime.locate import policy_path
 
 
@@ -62,13 +64,26 @@ def check(modules: tuple[str, ...], policy: str | None, as_json: bool) -> None:
 
 
 def _findings(policy: Policy, fn: Any) -> tuple[Finding, ...]:
-    return plan_protection(
-        policy,
-        fn.__ctrlrun_action__,
-        fn.__ctrlrun_parameters__,
-        effect=fn.__ctrlrun_templates__[0],
-        resource=fn.__ctrlrun_templates__[1],
+    name, (effect, resource) = fn.__ctrlrun_action__, fn.__ctrlrun_templates__
+    found = plan_protection(
+        policy, name, fn.__ctrlrun_parameters__, effect=effect, resource=resource
     )
+    entry = policy.entry(name)
+    template = effect or (entry.effect if entry is not None else None)
+    return found + plan_key_types(name, template, _annotations(fn))
+
+
+def _annotations(fn: Any) -> dict[str, str]:
+    """Each parameter's annotation as written (``int``, ``"int"``): for the key-type check."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return {}
+    shown = {}
+    for parameter in parameters:
+        note = parameter.annotation
+        shown[parameter.name] = note if isinstance(note, str) else getattr(note, "__name__", "")
+    return shown
 
 
 def _protected(modules: tuple[str, ...]) -> Iterator[tuple[str, Any]]:

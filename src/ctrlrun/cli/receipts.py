@@ -33,6 +33,8 @@ HEADER: Final = ("SEQ", "FINISHED", "RESULT", "ACTION", "EFFECT KEY", "AGENT", "
 
 def read_document(receipt: Receipt) -> dict[str, Any] | str:
     """The receipt's document, or why it cannot be read (an altered row is shown, not fatal)."""
+    if receipt.unreadable is not None:
+        return receipt.unreadable
     try:
         document: Any = receipt.document  # the stored text may be any JSON, or none
     except ValueError as exc:
@@ -221,6 +223,7 @@ _ROW_KINDS: Final = frozenset(
         BreakKind.LINK_BROKEN,
         BreakKind.UNCHAINED,
         BreakKind.COLUMN_MISMATCH,
+        BreakKind.UNREADABLE,
     }
 )
 """The breaks found at a stored row, which the listing names by receipt id."""

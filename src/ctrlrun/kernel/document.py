@@ -15,6 +15,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Final
 
+from ctrlrun.canonical import MAX_DEPTH as CANONICAL_MAX_DEPTH
 from ctrlrun.canonical import canonical_bytes, sha256_hex
 from ctrlrun.errors import DocumentNotFound, DocumentTooLarge, InvalidArgument, VersionConflict
 
@@ -24,9 +25,11 @@ _TOKEN: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,127}")
 _WRITER_MAX: Final = 200
 DEFAULT_KIND: Final = "json"
 DEFAULT_MAX_CONTENT_BYTES: Final = 1024 * 1024
-MAX_DEPTH: Final = 100
-"""Deepest nesting of arrays and objects a document may have: bounded so that no layer (the
-canonical walk, a JSON encoder) can run out of stack on hostile input."""
+MAX_DEPTH: Final = CANONICAL_MAX_DEPTH
+"""Deepest nesting of arrays and objects a document may have (the top-level container is level
+1): bounded so that no layer (the canonical walk, a JSON encoder) can run out of stack on
+hostile input. The canonical form's own limit, so that every content that passes this check
+has a canonical text and hash (it said 100 once, and content 33 deep was refused anyway)."""
 
 
 def _check_token(value: Any, what: str) -> str:

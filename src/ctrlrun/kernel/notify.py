@@ -65,8 +65,7 @@ class NotifyTarget:
             raise InvalidArgument(
                 f"a notify target name is 1-64 of A-Z a-z 0-9 . _ -, got {self.name!r}"
             )
-        parts = urlsplit(self.url) if isinstance(self.url, str) else None
-        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        if not _is_web_url(self.url):
             raise InvalidArgument(f"a notify url is http(s)://host/…, got {self.url!r}")
         if not isinstance(self.secret_env, str) or not _ENV.fullmatch(self.secret_env):
             raise InvalidArgument(
@@ -95,6 +94,19 @@ class NotifyTarget:
 
 
 _TARGET_KEYS: Final = ("name", "url", "secret_env", "format", "events")
+
+
+def _is_web_url(url: object) -> bool:
+    """Whether ``url`` is an http(s) URL with a host and a readable port. ``urlsplit`` raises
+    ``ValueError`` on a broken IPv6 bracket (``http://[``) and ``.port`` on a port that is not
+    a number: both are a bad URL here, never an exception of their own."""
+    if not isinstance(url, str):
+        return False
+    try:
+        parts = urlsplit(url)
+        return parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+    except ValueError:
+        return False
 
 
 def parse_targets(value: object) -> tuple[NotifyTarget, ...]:

@@ -10,6 +10,7 @@ a receipt as usual.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -24,6 +25,9 @@ class FindingKind(StrEnum):
     UNKNOWN_ACTION = "unknown_action"
     MISSING_PARAMETER = "missing_parameter"
     ALWAYS_DENIED = "always_denied"
+    KEY_TYPE = "key_type"
+    """A key placeholder's type (``{p}`` text, ``{p:int}`` integer) disagrees with the
+    parameter's annotation: every call would be refused (``ctrlrun check`` only)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +82,32 @@ def plan_protection(
     ]
     if _always_denied(entry):
         found.append(Finding(FindingKind.ALWAYS_DENIED, name, "the policy denies every call"))
+    return tuple(found)
+
+
+def plan_key_types(
+    name: str, template: Template | None, annotations: Mapping[str, str]
+) -> tuple[Finding, ...]:
+    """``KEY_TYPE`` findings for ``template`` against the parameters annotated ``"int"`` or
+    ``"str"`` in ``annotations`` (others are not judged): a ``{p}`` placeholder takes text
+    and ``{p:int}`` an integer (decision 0024), so a mismatch refuses every call."""
+    if template is None:
+        return ()
+    found = []
+    for placeholder in dict.fromkeys(template.placeholders):
+        wanted = "int" if placeholder in template.ints else "str"
+        given = annotations.get(placeholder)
+        if placeholder != RESOURCE and given in ("int", "str") and given != wanted:
+            fix = f"{{{placeholder}:int}}" if given == "int" else f"{{{placeholder}}}"
+            found.append(
+                Finding(
+                    FindingKind.KEY_TYPE,
+                    name,
+                    f"the effect template {template.source!r} keys {placeholder!r} as"
+                    f" {'an integer' if wanted == 'int' else 'text'}, but the parameter is"
+                    f" annotated {given}: every call would be refused; write {fix}",
+                )
+            )
     return tuple(found)
 
 

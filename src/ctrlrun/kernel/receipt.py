@@ -43,6 +43,8 @@ class BreakKind(StrEnum):
     HEAD_MISMATCH = "head_mismatch"
     UNCHAINED = "unchained"
     COLUMN_MISMATCH = "column_mismatch"
+    UNREADABLE = "unreadable"
+    """A column holds what no receipt can (a BLOB in a text column): the row is not read."""
     # against signed checkpoints (kernel/checkpoint.py): only when checkpoints are given
     TAIL_CUT = "tail_cut"
     HEAD_REWOUND = "head_rewound"
@@ -74,6 +76,8 @@ _BREAK_TEXT: Final = {
     BreakKind.HEAD_MISMATCH: "the head row (seq {seq}) is not the last receipt",
     BreakKind.UNCHAINED: "a receipt has no seq",
     BreakKind.COLUMN_MISMATCH: "receipt {seq}'s indexed columns differ from its document",
+    BreakKind.UNREADABLE: "receipt {seq}'s row holds what no receipt can (a BLOB in a text"
+    " column): it cannot be read",
     BreakKind.TAIL_CUT: "receipts up to seq {seq} of partition {partition} were checkpointed"
     " and are missing",
     BreakKind.HEAD_REWOUND: "the head of partition {partition} (seq {seq}) is behind a signed"
@@ -124,12 +128,18 @@ class StoredReceipt:
     columns: tuple[str, str | None, str] | None = None
     """The indexed columns ``(action_id, effect_key, result)`` when read for verification:
     queries filter on them, so they must say what the hashed document says."""
+    unreadable: str | None = None
+    """Why the row cannot be read as a receipt (a column of the wrong type), or None. An
+    unreadable row's ``document`` raises ``ValueError``; a column that is not text reads as
+    ``""`` (``text``), ``"-"`` (``receipt_id``) or None (``hash``)."""
 
     _parsed: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def document(self) -> dict[str, Any]:
         """The parsed document (a fresh copy: changing it changes nothing stored)."""
+        if self.unreadable is not None:
+            raise ValueError(self.unreadable)
         return json.loads(self.text)  # type: ignore[no-any-return]
 
     def __getitem__(self, key: str) -> Any:
@@ -137,7 +147,7 @@ class StoredReceipt:
         comes back as a copy."""
         parsed = self._parsed
         if parsed is None:
-            parsed = json.loads(self.text)
+            parsed = self.document
             object.__setattr__(self, "_parsed", parsed)
         value = parsed[key]
         return copy.deepcopy(value) if isinstance(value, dict | list) else value
@@ -269,7 +279,8 @@ def verify_chain(
     Per chained row at most one of ``hash_missing``, ``content_altered``, ``link_broken``,
     ``column_mismatch`` (an indexed column or the receipt id differs from the document); a
     gap in seq is ``missing`` at the first absent seq; the head disagreeing with the last row is
-    ``head_mismatch``; a row without seq is ``unchained``. One altered field or column yields
+    ``head_mismatch``; a row without seq is ``unchained``; a row whose columns hold what no
+    receipt can (``StoredReceipt.unreadable``) is ``unreadable``. One altered field or column yields
     exactly one break: after a content break the walk accepts either the stored or the
     recomputed hash as the link to the next row.
 
@@ -350,6 +361,9 @@ def _against_checkpoints(
 
 def _check_row(row: StoredReceipt, links: set[str]) -> tuple[BreakKind | None, set[str]]:
     """One row's break (if any) and the hashes the next row may link to."""
+    if row.unreadable is not None:  # what is readable of it may still link the next row
+        readable = {row.hash, sha256_hex(row.text.encode("utf-8")) if row.text else None}
+        return BreakKind.UNREADABLE, {link for link in readable if link is not None}
     recomputed = sha256_hex(row.text.encode("utf-8"))
     if row.hash is None:
         return BreakKind.HASH_MISSING, {recomputed}

@@ -111,12 +111,14 @@ def unrecorded(call: InFlight, outcome: EffectState, failure: StoreError) -> Out
 
 
 def template_source(call: InFlight, entry: ActionPolicy | None, spec: CallSpec) -> str | None:
-    """The source of the template ``call``'s key was rendered from (None for a key given
-    outright, or no key): the store checks it against the action's remembered one."""
+    """The shape of the template ``call``'s key was rendered from (None for a key given
+    outright, or no key): the store checks it against the action's remembered one. Its shape,
+    not its source: a ``:int`` type refuses values but renders none differently (decision
+    0024), so adding one reserves no new key."""
     if call.effect_key is None or spec.effect_key is not None:
         return None
     template = spec.effect or (entry.effect if entry is not None else None)
-    return template.source if template is not None else None
+    return template.shape if template is not None else None
 
 
 def denied_event(call: InFlight, exc: ActionDenied) -> EventDraft:

@@ -58,8 +58,8 @@ class PolicySource:
             from ctrlrun.config import load_policy_file  # YAML loads with the first file read
 
             policy = load_policy_file(self.path)
-        except PolicyError as exc:
-            self.error = exc
+        except Exception as exc:  # a loader bug must deny every call, not escape from each
+            self.error = exc if isinstance(exc, PolicyError) else _unexpected(self.path, exc)
             log.error(
                 "ctrlrun: policy %s no longer loads; every call is denied until it does: %s",
                 self.path,
@@ -70,3 +70,11 @@ class PolicySource:
                 log.warning("ctrlrun: policy %s reloaded (%s)", self.path, policy.policy_hash)
             self.policy, self.error = policy, None
         self._seen = now
+
+
+def _unexpected(path: Path, exc: Exception) -> PolicyError:
+    """A ``PolicyError`` for an exception the loader should have turned into one: the call
+    is denied like any other unloadable policy, and the file is named."""
+    return PolicyError(
+        f"{path}: the policy could not be loaded ({type(exc).__name__}: {exc})", path=str(path)
+    )

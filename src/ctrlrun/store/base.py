@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
+from ctrlrun.errors import StoreError
 from ctrlrun.kernel.approval import (
     ApprovalRecord,
     ApprovalRequestDraft,
@@ -229,7 +230,16 @@ class SQLStore:
     def chain_head(self) -> ChainHead | None:
         """See ``StateStore.chain_head``."""
         rows = self._rows("chain_head_get")
-        return ChainHead(int(rows[0]["seq"]), rows[0]["hash"]) if rows else None
+        if not rows:
+            return None
+        seq, digest = rows[0]["seq"], rows[0]["hash"]
+        if type(seq) is not int or not isinstance(digest, str):  # written behind our back
+            raise StoreError(
+                "the receipt chain head row cannot be read (its seq or hash has the wrong"
+                " type): the store was altered or damaged",
+                unreadable="receipt_chain",
+            )
+        return ChainHead(seq, digest)
 
     def chain_anchor(self) -> ChainHead | None:
         """See ``StateStore.chain_anchor``."""

@@ -121,7 +121,7 @@ class _Txn:
         return encode_instant(value)
 
     def read_ts(self, value: Any) -> datetime:
-        return decode_instant(value)
+        return _stored_instant(value)
 
     @property
     def connection(self) -> sqlite3.Connection:
@@ -350,7 +350,7 @@ class SQLiteStateStore(SQLStore):
 
     @staticmethod
     def _read_ts(value: Any) -> datetime:
-        return decode_instant(value)
+        return _stored_instant(value)
 
     def _rows(self, query: str, params: Mapping[str, Any] | None = None) -> list[sqlite3.Row]:
         rows: list[sqlite3.Row] = self._wrap(
@@ -445,3 +445,16 @@ def refuse_absent(path: Path) -> None:
             " deleted store cannot silently run again what already ran",
             location=str(path),
         )
+
+
+def _stored_instant(value: Any) -> datetime:
+    """A timestamp column (ISO-8601 text, as ``encode_instant`` writes it); ``StoreError`` for
+    anything else (a BLOB, a number, garbage written behind the store's back)."""
+    try:
+        return decode_instant(value)
+    except (TypeError, ValueError) as exc:
+        shown = f"a BLOB of {len(value)} bytes" if isinstance(value, bytes) else repr(value)[:40]
+        raise StoreError(
+            f"a timestamp column holds {shown}: the store was altered or damaged",
+            unreadable="timestamp",
+        ) from exc

@@ -26,9 +26,10 @@ def accept_effect_template(store: StateStore, action: str, template: str, *, by:
     """Make ``template`` the one ``action``'s keys are reserved under from now on, recorded
     with an ``EFFECT_TEMPLATE_ACCEPTED`` event naming ``by``; return the template it replaced
     (None if none was remembered). ``InvalidArgument`` for a bad name or template, or one that
-    is already the remembered one (nothing is written)."""
+    is already the remembered one (nothing is written). The template's shape is remembered:
+    its ``:int`` types change no key (decision 0024)."""
     check_action_name(action)
-    Template.parse(template)
+    template = Template.parse(template).shape
     check_label(by, "by")
     current = effect_templates(store, action)
     if current and current[0].template == template:

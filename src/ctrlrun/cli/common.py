@@ -32,6 +32,8 @@ CLI_PERSON: Final = "cli:local"
 """Who a shell answer is recorded as: the CLI cannot verify a person, so it says where from."""
 
 STORE_URL_ENV: Final = "CTRLRUN_STORE_URL"
+AS_ENV: Final = "CTRLRUN_AS"
+"""Who is answering, for every command where a person answers (``--as``)."""
 DEBUG_ENV: Final = "CTRLRUN_DEBUG"
 
 
@@ -107,6 +109,42 @@ def _silence_stdout() -> None:
         os.dup2(devnull, sys.stdout.fileno())
     except (OSError, ValueError, AttributeError):  # not a real file (e.g. under a test runner)
         pass
+
+
+# --- who answers, and why ----------------------------------------------------------------
+
+
+def person_option(
+    *, default: str | None, legacy_flags: tuple[str, ...] = (), legacy_env: tuple[str, ...] = ()
+) -> Callable[[F], F]:
+    """``--as NAME`` (env ``$CTRLRUN_AS``): who is answering, the same flag on every command
+    where a person answers. ``legacy_flags`` and ``legacy_env`` are the names a command had
+    before (``--by``, ``$CTRLRUN_APPROVER``, ``$CTRLRUN_USER``), still read for one release;
+    ``$CTRLRUN_AS`` wins over them. ``default``: what is recorded when nothing names anyone
+    (None: the command decides)."""
+    env = (AS_ENV, *legacy_env)
+    shown = ", ".join(f"${name}" for name in env)
+    return click.option(
+        "--as",
+        *legacy_flags,
+        "person",
+        envvar=list(env),
+        default=default,
+        show_default=default is not None,
+        metavar="NAME",
+        help=f"Who is answering (env {shown}); recorded with the answer.",
+    )
+
+
+def reason_option(fn: F) -> F:
+    """``--reason TEXT``: why, in the person's words, recorded with the answer and shown by
+    ``inspect``, the console and ``--json``."""
+    option = click.option(
+        "--reason",
+        metavar="TEXT",
+        help="Why: recorded with the answer, shown by inspect, the console and --json.",
+    )
+    return option(fn)
 
 
 # --- the store ---------------------------------------------------------------------------

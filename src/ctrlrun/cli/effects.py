@@ -15,12 +15,15 @@ from ctrlrun.cli.common import (
     existing_store,
     instant,
     json_line,
+    person_option,
+    reason_option,
     say,
     shorten,
     store_url_option,
     table,
     when,
 )
+from ctrlrun.kernel.approval import check_person
 from ctrlrun.kernel.effect import EffectRecord, EffectState
 
 HEADER = ("EFFECT KEY", "STATE", "ATTEMPT", "ACTION ID", "UPDATED", "NOTE")
@@ -102,16 +105,27 @@ def effects(state: str | None, as_json: bool, store_url: str | None) -> None:
 @click.argument("key")
 @click.option("--committed", is_flag=True, help="It happened: a retry stays refused.")
 @click.option("--failed", is_flag=True, help="It did not happen: a retry runs as the next attempt.")
+@person_option(default=CLI_PERSON)
+@reason_option
 @store_url_option
-def resolve(key: str, committed: bool, failed: bool, store_url: str | None) -> None:
+def resolve(  # noqa: PLR0917 - click passes one argument per option
+    key: str,
+    committed: bool,
+    failed: bool,
+    person: str,
+    reason: str | None,
+    store_url: str | None,
+) -> None:
     """Settle the AMBIGUOUS effect KEY once you know what the remote did.
 
-    Give exactly one of --committed and --failed. Recorded as resolved by cli:local, with an
-    EFFECT_RESOLVED event. Any other state is refused (exit 1) and nothing is written.
+    Give exactly one of --committed and --failed. Recorded as resolved by --as NAME
+    ($CTRLRUN_AS; default cli:local), with --reason TEXT, on an EFFECT_RESOLVED event. Any
+    other state is refused (exit 1) and nothing is written.
     """
     if committed == failed:
         raise click.UsageError("give exactly one of --committed and --failed")
     target = EffectState.COMMITTED if committed else EffectState.FAILED
+    check_person(person, "--as")
     with existing_store(store_url, writing=True) as store:
         record = store.get_effect(key)
         if record is not None and record.lease_expired(utc_now()):
@@ -119,8 +133,8 @@ def resolve(key: str, committed: bool, failed: bool, store_url: str | None) -> N
                 f"effect {key!r} is {shown_state(record, utc_now())}, not ambiguous: the next"
                 " attempt on it will record it AMBIGUOUS; resolve it then"
             )
-        resolved = store.resolve_effect(key, target, CLI_PERSON)
-    say(f"{key} resolved {resolved.state} by {CLI_PERSON}")
+        resolved = store.resolve_effect(key, target, person, reason=reason)
+    say(f"{key} resolved {resolved.state} by {person}" + (f": {reason}" if reason else ""))
     if target is EffectState.FAILED:
         click.echo(f"a retry is now allowed, as attempt {resolved.attempt + 1}")
     else:

@@ -15,7 +15,13 @@ from typing import Any, Final
 import click
 
 from ctrlrun._time import utc_now
-from ctrlrun.cli.approvals import approval_document, denial_reasons, shown_status
+from ctrlrun.cli.approvals import (
+    answers_given,
+    answers_line,
+    approval_document,
+    denial_reasons,
+    shown_status,
+)
 from ctrlrun.cli.common import (
     Refusal,
     compact,
@@ -131,6 +137,7 @@ def _fill_action(found: Inspection, own: list[Event], documents: list[dict[str, 
 def inspection_json(found: Inspection) -> dict[str, Any]:
     """The ``--json`` document (``ctrlrun.inspection/v1``)."""
     now = utc_now()
+    answers = answers_given(found.events)
     return {
         "schema": INSPECTION_SCHEMA,
         "action_id": found.action_id,
@@ -138,10 +145,13 @@ def inspection_json(found: Inspection) -> dict[str, Any]:
         "action_hash": found.action_hash,
         "decision": found.decision,
         "approvals": [
-            approval_document(a, now, found.reasons.get(a.approval_id)) for a in found.approvals
+            approval_document(a, now, found.reasons.get(a.approval_id), answers.get(a.approval_id))
+            for a in found.approvals
         ],
         "effect_key": found.effect_key,
-        "effect": None if found.effect is None else effect_document(found.effect, now),
+        "effect": None
+        if found.effect is None
+        else {**effect_document(found.effect, now), "resolve_reason": _resolve_reason(found)},
         "effect_template": _template_document(found.key_template),
         "receipts": [receipt_json(r) for r in found.receipts],
         "events": [e.to_dict() for e in found.events],
@@ -183,7 +193,21 @@ def _effect_line(found: Inspection) -> str:
         line += f"  (by {record.action_id}, not this action)"
     if record.resolved_by:
         line += f"  resolved by {record.resolved_by}"
+        reason = _resolve_reason(found)
+        line += f": {reason}" if reason else ""
     return line
+
+
+def _resolve_reason(found: Inspection) -> str | None:
+    """Why the effect was last resolved, in the resolver's words (its ``EFFECT_RESOLVED``
+    event), when they gave a reason."""
+    resolved = [
+        e
+        for e in found.events
+        if e.type is EventType.EFFECT_RESOLVED and e.effect_key == found.effect_key
+    ]
+    reason = resolved[-1].data.get("reason") if resolved else None
+    return None if reason is None else str(reason)
 
 
 def _receipt_lines(found: Inspection) -> list[tuple[str, str]]:
@@ -235,6 +259,7 @@ def header_lines(found: Inspection) -> list[tuple[str, str]]:
         ("hash", found.action_hash or "-"),
         ("decision", _decision_line(found.decision)),
     ]
+    answers = answers_given(found.events)
     lines += [
         (
             "approval",
@@ -242,6 +267,11 @@ def header_lines(found: Inspection) -> list[tuple[str, str]]:
             f"  expires {when(a.expires_at)}",
         )
         for a in found.approvals
+    ]
+    lines += [
+        ("answers", answers_line(answers[a.approval_id]))
+        for a in found.approvals
+        if any(x["reason"] for x in answers.get(a.approval_id, []))
     ]
     lines.append(("effect", _effect_line(found)))
     if found.key_template is not None:

@@ -12,6 +12,7 @@ from ctrlrun._time import utc_now
 from ctrlrun.cli.common import compact, say, when
 from ctrlrun.cli.durable_common import (
     default_person,
+    durable_person_option,
     emit_json,
     open_operator_store,
     refusals,
@@ -124,19 +125,15 @@ def _header(record: Any) -> list[tuple[str, str]]:
 @plans_group.command("approve")
 @click.argument("plan_id")
 @click.option("--hash", "plan_hash", help="the hash you reviewed (default: the stored one)")
-@click.option(
-    "--by",
-    "--as",
-    "person",
-    help="who approves (default: $CTRLRUN_USER or the OS user); with --key, whose key signs",
-)
+@durable_person_option
 @click.option("--key", metavar="FILE", help="sign the approval with this Ed25519 private key")
 @store_option
 def approve_plan(
     plan_id: str, plan_hash: str | None, person: str | None, key: str | None, store_url: str | None
 ) -> None:
-    """Approve the whole plan, bound to its hash; signed with --key when the policy names
-    approvers (the runner refuses an unsigned approval then)."""
+    """Approve the whole plan, bound to its hash, as --as NAME (default: the OS user; with
+    --key, whose key signs); signed with --key when the policy names approvers (the runner
+    refuses an unsigned approval then)."""
     with refusals():
         plans = _plans(store_url, writing=True)
         presented = plan_hash or _stored_hash(plans, plan_id)
@@ -154,7 +151,7 @@ def approve_plan(
 @plans_group.command("reject")
 @click.argument("plan_id")
 @click.option("--hash", "plan_hash", help="the hash you reviewed (default: the stored one)")
-@click.option("--by", "person", help="who rejects (default: $CTRLRUN_USER or the OS user)")
+@durable_person_option
 @store_option
 def reject_plan(
     plan_id: str, plan_hash: str | None, person: str | None, store_url: str | None

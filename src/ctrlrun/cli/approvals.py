@@ -19,12 +19,14 @@ from ctrlrun.cli.common import (
     CLI_PERSON,
     Refusal,
     compact,
+    display_policy,
     existing_store,
     instant,
     json_line,
     person_option,
     reason_option,
     say,
+    shown_compact,
     store_url_option,
     table,
     when,
@@ -33,12 +35,24 @@ from ctrlrun.cli.common import (
 from ctrlrun.config import load_policy_file
 from ctrlrun.kernel.approval import ApprovalRecord, ApprovalStatus
 from ctrlrun.kernel.event import Event, EventType
+from ctrlrun.runtime.request_facts import RequestFacts, request_facts
 from ctrlrun.store.protocol import StateStore
 
 APPROVER_ENV = "CTRLRUN_APPROVER"
 """The old name of ``$CTRLRUN_AS`` for ``approve``/``deny``, still read for one release."""
 
-HEADER = ("APPROVAL", "STATUS", "EXPIRES", "ACTION", "REQUESTED BY", "ARGUMENTS")
+HEADER = (
+    "APPROVAL",
+    "STATUS",
+    "EXPIRES",
+    "ACTION",
+    "REQUESTED BY",
+    "ENVIRONMENT",
+    "RULE",
+    "NEEDS",
+    "EFFECT",
+    "ARGUMENTS",
+)
 
 
 def answerable_expired(record: ApprovalRecord, now: datetime) -> bool:
@@ -130,16 +144,34 @@ def approval_document(
     }
 
 
-def _row(record: ApprovalRecord, now: datetime, reason: str | None) -> tuple[str, ...]:
+def _row(
+    record: ApprovalRecord, now: datetime, reason: str | None, facts: RequestFacts
+) -> tuple[str, ...]:
     action = record.action
+    effect = "-"
+    if facts.effect_key is not None:
+        effect = f"{facts.effect_key} ({facts.effect_state or 'not reserved'})"
     return (
         record.approval_id,
         shown_status(record, now, reason),
         when(record.expires_at),
         str(action.get("name", "-")),
         who(action.get("principal")),
-        compact(action.get("arguments", {})),
+        facts.environment or "-",
+        facts.rule or "-",
+        str(facts.still_needed) if record.status is ApprovalStatus.PENDING else "-",
+        effect,
+        shown_compact(action.get("arguments", {}), facts.shown),
     )
+
+
+def _granted_so_far(store: StateStore, record: ApprovalRecord) -> int:
+    """How many distinct approvers have granted ``record`` (its grant rows)."""
+    if record.status is not ApprovalStatus.PENDING or record.required == 1:
+        return 0
+    from ctrlrun.store.ops.approvals import grants_in_txn
+
+    return len(store.read(lambda txn: grants_in_txn(txn, record.approval_id)))
 
 
 @click.command()
@@ -161,21 +193,27 @@ def approvals(status: str | None, pending: bool, as_json: bool, store_url: str |
         raise click.UsageError("--pending is --status pending; give one of them")
     if pending:
         status = "pending"
+    policy = display_policy()
     with existing_store(store_url) as store:
         records = store.list_approvals(ApprovalStatus(status) if status else None)
         reasons = denial_reasons(store, records)
         answered = any(r.approver for r in records) or any(r.required > 1 for r in records)
         answers = answers_given(store.events()) if as_json and answered else {}
+        facts = {
+            r.approval_id: request_facts(store, r, policy, _granted_so_far(store, r))
+            for r in records
+        }
     now = utc_now()
     if as_json:
         for record in records:
             rid = record.approval_id
-            json_line(approval_document(record, now, reasons.get(rid), answers.get(rid)))
+            document = approval_document(record, now, reasons.get(rid), answers.get(rid))
+            json_line(document | facts[rid].document())
         return
     if not records:
         say("nothing waits for a human" if status == "pending" else "no approval requests yet")
         return
-    rows = [_row(r, now, reasons.get(r.approval_id)) for r in records]
+    rows = [_row(r, now, reasons.get(r.approval_id), facts[r.approval_id]) for r in records]
     table(rows, header=HEADER, color_column=1)
 
 

@@ -22,8 +22,9 @@ import click
 from ctrlrun._time import display_instant, encode_instant
 from ctrlrun.display import escape_text
 from ctrlrun.errors import CtrlrunError
+from ctrlrun.kernel.policy import Policy
 from ctrlrun.loopback import is_loopback
-from ctrlrun.runtime.locate import default_store_path, policy_path
+from ctrlrun.runtime.locate import default_store_path, missing_policy_text, policy_path
 from ctrlrun.store.protocol import StateStore
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -186,8 +187,7 @@ def default_store_url() -> str:
     policy = policy_path()
     if not policy.exists():
         raise Refusal(
-            f"no policy file at {policy.absolute()}, so no default store: run `ctrlrun init`,"
-            f" or pass --store-url (or set {STORE_URL_ENV})"
+            f"{missing_policy_text(policy)}; or pass --store-url (or set {STORE_URL_ENV})"
         )
     try:
         with policy.open("rb") as handle:
@@ -197,6 +197,19 @@ def default_store_url() -> str:
             f"cannot read the policy file {policy.absolute()}: {exc.strerror or exc}"
         ) from exc
     return sqlite_url(default_store_path(policy))
+
+
+def display_policy() -> Policy | None:
+    """The policy file, for showing what a person reads (``display:``, a rule's text), when it
+    loads; None when there is none or it does not load (the listing then shows values as they
+    are: evidence stays readable while the policy is being fixed)."""
+    from ctrlrun.config import load_policy_file
+
+    try:
+        path = policy_path()
+        return load_policy_file(path) if path.is_file() else None
+    except CtrlrunError:
+        return None
 
 
 def sqlite_url(path: Path) -> str:
@@ -327,6 +340,19 @@ def compact(value: Any) -> str:
     """``value`` in full as one line of JSON, for a table cell (never shortened: a person
     approves from it)."""
     return json_text(value)
+
+
+def shown_compact(arguments: Any, shown: dict[str, str]) -> str:
+    """``compact(arguments)`` with each argument in ``shown`` written as a person reads it
+    (``{"amount": €2,500.00 (250000), "payment_id": "pay_3"}``): the exact value stays beside
+    the displayed one. Exactly ``compact`` when nothing is shown."""
+    if not shown or not isinstance(arguments, dict):
+        return compact(arguments)
+    parts = [
+        f"{json_text(name)}: {shown.get(name) or json_text(value)}"
+        for name, value in sorted(arguments.items())
+    ]
+    return "{" + ", ".join(parts) + "}"
 
 
 def who(principal: Any) -> str:

@@ -12,6 +12,7 @@ from ctrlrun._time import utc_now
 from ctrlrun.cli.common import (
     CLI_PERSON,
     Refusal,
+    display_policy,
     existing_store,
     instant,
     json_line,
@@ -19,14 +20,28 @@ from ctrlrun.cli.common import (
     reason_option,
     say,
     shorten,
+    shown_compact,
     store_url_option,
     table,
     when,
+    who,
 )
 from ctrlrun.kernel.approval import check_person
 from ctrlrun.kernel.effect import EffectRecord, EffectState
+from ctrlrun.runtime.request_facts import effect_facts
 
-HEADER = ("EFFECT KEY", "STATE", "ATTEMPT", "ACTION ID", "UPDATED", "NOTE")
+HEADER = (
+    "EFFECT KEY",
+    "STATE",
+    "ATTEMPT",
+    "ACTION ID",
+    "UPDATED",
+    "NOTE",
+    "NAME",
+    "REQUESTED BY",
+    "IDEMPOTENCY TOKEN",
+    "ARGUMENTS",
+)
 
 
 def shown_state(record: EffectRecord, now: datetime) -> str:
@@ -71,18 +86,21 @@ def note(record: EffectRecord) -> str:
 @click.option("--json", "as_json", is_flag=True, help="One JSON document per line.")
 @store_url_option
 def effects(state: str | None, as_json: bool, store_url: str | None) -> None:
-    """What each effect key holds, oldest first.
+    """What each effect key holds, oldest first, with what to check with the provider: the
+    action, who asked, its arguments and the idempotency token the attempt gave the provider.
 
     A reserved or executing key whose lease has lapsed shows as `executing (lease expired)`:
     its outcome is unknown, and the next attempt on it will record it AMBIGUOUS. Reading
     changes nothing.
     """
+    policy = display_policy()
     with existing_store(store_url) as store:
         records = store.list_effects(EffectState(state) if state else None)
+        facts = {r.effect_key: effect_facts(store, r, policy) for r in records}
     now = utc_now()
     if as_json:
         for record in records:
-            json_line(effect_document(record, now))
+            json_line(effect_document(record, now) | facts[record.effect_key].document())
         return
     if not records:
         click.echo(f"no {state} effects" if state else "no effects yet")
@@ -95,6 +113,10 @@ def effects(state: str | None, as_json: bool, store_url: str | None) -> None:
             r.action_id,
             when(r.updated_at),
             note(r),
+            facts[r.effect_key].action or "-",
+            who(facts[r.effect_key].principal),
+            facts[r.effect_key].token,
+            shown_compact(facts[r.effect_key].arguments, facts[r.effect_key].shown),
         )
         for r in records
     ]

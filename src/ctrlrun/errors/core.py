@@ -188,7 +188,8 @@ class ApprovalRequired(Refused):
     for every identical call while it is pending); once granted, the identical call runs
     (no need to present it), or present it with ``with_approval(request_id)``.
     ``action_hash`` is what the request binds, ``expires_at`` when it lapses, ``summary`` a
-    one-line description for a person (name, arguments, principal)."""
+    one-line description for a person (name, arguments, principal), ``action`` the ctrlrun
+    action's name (``stripe.refund``; a framework's tool may be called otherwise)."""
 
     _model_text = (
         "Waiting for a person to approve this exact call (approval request {request_id})."
@@ -200,6 +201,7 @@ class ApprovalRequired(Refused):
     action_hash: str | None
     expires_at: datetime | None
     summary: str | None
+    action: str | None
 
     def __init__(
         self,
@@ -210,6 +212,7 @@ class ApprovalRequired(Refused):
         action_hash: str | None = None,
         expires_at: datetime | None = None,
         summary: str | None = None,
+        action: str | None = None,
     ) -> None:
         super().__init__(
             message,
@@ -219,6 +222,7 @@ class ApprovalRequired(Refused):
             action_hash=action_hash,
             expires_at=expires_at,
             summary=summary,
+            action=action,
         )
 
 

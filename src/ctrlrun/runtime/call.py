@@ -23,6 +23,7 @@ from ctrlrun.errors import (
 )
 from ctrlrun.kernel.action import Action
 from ctrlrun.kernel.approval import ApprovalRecord
+from ctrlrun.kernel.approval_rules import DEFAULT_RULES, ApprovalRules
 from ctrlrun.kernel.effect import EffectState
 from ctrlrun.kernel.event import EventDraft, EventType
 from ctrlrun.kernel.policy import ActionPolicy, Policy
@@ -57,6 +58,9 @@ class InFlight:
     started_at: datetime
     pre: tuple[EventDraft, ...]
     policy: Policy  # the one policy that decides this call
+    approval: ApprovalRules = (
+        DEFAULT_RULES  # how it must be approved (its rule's, else its action's)
+    )
 
 
 def check_size(action: Action, limit: int) -> None:
@@ -222,6 +226,7 @@ def approval_required(call: InFlight, record: ApprovalRecord) -> ApprovalRequire
         action_hash=record.action_hash,
         expires_at=record.expires_at,
         summary=summarize(call.action),
+        action=call.action.name,
     )
 
 

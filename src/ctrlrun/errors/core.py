@@ -189,7 +189,8 @@ class ApprovalRequired(Refused):
     (no need to present it), or present it with ``with_approval(request_id)``.
     ``action_hash`` is what the request binds, ``expires_at`` when it lapses, ``summary`` a
     one-line description for a person (name, arguments, principal), ``action`` the ctrlrun
-    action's name (``stripe.refund``; a framework's tool may be called otherwise)."""
+    action's name (``stripe.refund``; a framework's tool may be called otherwise), ``rule``
+    what decided it (``rule[1]``, ``decision``) and ``effect_key`` the key it would reserve."""
 
     _model_text = (
         "Waiting for a person to approve this exact call (approval request {request_id})."
@@ -202,6 +203,8 @@ class ApprovalRequired(Refused):
     expires_at: datetime | None
     summary: str | None
     action: str | None
+    rule: str | None
+    effect_key: str | None
 
     def __init__(
         self,
@@ -213,6 +216,8 @@ class ApprovalRequired(Refused):
         expires_at: datetime | None = None,
         summary: str | None = None,
         action: str | None = None,
+        rule: str | None = None,
+        effect_key: str | None = None,
     ) -> None:
         super().__init__(
             message,
@@ -223,6 +228,8 @@ class ApprovalRequired(Refused):
             expires_at=expires_at,
             summary=summary,
             action=action,
+            rule=rule,
+            effect_key=effect_key,
         )
 
 

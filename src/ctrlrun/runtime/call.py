@@ -227,6 +227,8 @@ def approval_required(call: InFlight, record: ApprovalRecord) -> ApprovalRequire
         expires_at=record.expires_at,
         summary=summarize(call.action),
         action=call.action.name,
+        rule=call.verdict.reason,
+        effect_key=call.effect_key,
     )
 
 

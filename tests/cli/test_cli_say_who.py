@@ -144,3 +144,20 @@ def test_plans_reject_takes_as_like_every_other_answer(scene, monkeypatch):
     assert run("plans", "reject", second.plan_id, "--by", "jo").exit_code == 0  # the old flag
     assert plans.get(first.plan_id).approver == "ivy"
     assert plans.get(second.plan_id).approver == "jo"
+
+
+def test_plans_approve_and_reject_record_why_and_show_it(scene):
+    plans = Plans(scene.store)
+    steps = [{"action": "invoice.send", "arguments": {"to": "a@example.com"}}]
+    first = plans.propose(steps, agent="planner")
+    second = plans.propose(steps, agent="planner")
+    approved = run("plans", "approve", first.plan_id, "--as", "kim", "--reason", "looked right")
+    assert approved.exit_code == 0, approved.output
+    assert approved.output.endswith("by kim: looked right\n")
+    rejected = run("plans", "reject", second.plan_id, "--reason", "wrong customer")
+    assert rejected.exit_code == 0 and rejected.output.endswith(": wrong customer\n")
+    assert plans.get(first.plan_id).answer_reason == "looked right"
+    assert plans.get(second.plan_id).answer_reason == "wrong customer"
+    assert "reason   looked right" in run("plans", "show", first.plan_id).output
+    shown = json.loads(run("plans", "show", second.plan_id, "--json").output)
+    assert shown["answer_reason"] == "wrong customer"

@@ -195,3 +195,18 @@ def test_without_a_policy_file_the_console_still_names_its_store(tmp_path):
     finally:
         console.stop()
         agents.store.close()
+
+
+def test_a_plan_answered_in_the_console_keeps_its_reason(served, agents):
+    from ctrlrun.durable import Plans
+
+    plans = Plans(agents.store)
+    plan = plans.propose(
+        [{"action": "invoice.send", "arguments": {"to": "a@example.com"}}], agent="planner"
+    )
+    Browserless(served).post(
+        f"/plans/{plan.plan_id}/approve",
+        {"plan_hash": plan.plan_hash, "reason": "checked with finance"},
+    )
+    answered = plans.get(plan.plan_id)
+    assert (answered.approver, answered.answer_reason) == ("ada", "checked with finance")

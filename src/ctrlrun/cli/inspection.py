@@ -25,9 +25,11 @@ from ctrlrun.cli.approvals import (
 from ctrlrun.cli.common import (
     Refusal,
     compact,
+    display_policy,
     existing_store,
     instant,
     json_line,
+    shown_compact,
     store_url_option,
     table,
     when,
@@ -37,6 +39,7 @@ from ctrlrun.cli.effects import effect_document, shown_state
 from ctrlrun.cli.receipts import read_document, receipt_json
 from ctrlrun.display import command_line
 from ctrlrun.kernel.approval import ApprovalRecord, ApprovalStatus
+from ctrlrun.kernel.argument_display import shown_arguments
 from ctrlrun.kernel.effect import EffectRecord
 from ctrlrun.kernel.event import Event, EventType
 from ctrlrun.kernel.receipt import Receipt
@@ -253,7 +256,7 @@ def header_lines(found: Inspection) -> list[tuple[str, str]]:
         ("action", found.action_id),
         ("name", str(action.get("name") or "-")),
         ("principal", who(action.get("principal"))),
-        ("arguments", compact(action.get("arguments", {}))),
+        ("arguments", _arguments_line(action)),
         ("resource", str(action.get("resource") or "-")),
         ("environment", str(action.get("environment") or "-")),
         ("hash", found.action_hash or "-"),
@@ -277,6 +280,16 @@ def header_lines(found: Inspection) -> list[tuple[str, str]]:
     if found.key_template is not None:
         lines.append(("template", _template_line(found.key_template)))
     return lines + _receipt_lines(found)
+
+
+def _arguments_line(action: Mapping[str, Any]) -> str:
+    """The arguments whole, money as the policy file's ``display:`` shows it (when it loads)."""
+    arguments = action.get("arguments", {})
+    policy = display_policy()
+    entry = policy.entry(str(action.get("name"))) if policy is not None else None
+    if entry is None or not isinstance(arguments, dict):
+        return compact(arguments)
+    return shown_compact(arguments, shown_arguments(arguments, entry.displays))
 
 
 def event_row(event: Event) -> tuple[str, ...]:

@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+import ctrlrun
 from ctrlrun.kernel.effect import idempotency_token_for
 from support.cli import Scene, run
 from support.policies import POLICY
@@ -78,3 +79,18 @@ def test_a_policy_that_does_not_load_leaves_values_as_they_are(shown, project):
     (project / "ctrlrun.yaml").write_text(DISPLAYED + "bogus: 1\n")
     row = run("approvals", "--pending").stdout.splitlines()[1]
     assert row.endswith('{"amount": 250000, "payment_id": "pay_3"}')
+
+
+def test_a_request_made_before_the_call_still_names_its_effect_key(shown):
+    """A framework that pauses before calling (``Control.request_approval``) records no key:
+    the listing renders it from the policy's template and the request's arguments."""
+    action = ctrlrun.Action(
+        "stripe.refund",
+        {"payment_id": "pay_fw", "amount": 250_000},
+        ctrlrun.Principal("support-bot", "alice"),
+        environment="staging",
+    )
+    shown.control.request_approval(action)
+    [document] = map(json.loads, run("approvals", "--json").stdout.splitlines())
+    assert (document["effect_key"], document["effect_state"]) == ("refund:pay_fw", None)
+    assert document["environment"] == "staging"

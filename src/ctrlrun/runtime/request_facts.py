@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from ctrlrun.errors import CtrlrunError
 from ctrlrun.kernel.approval import ApprovalRecord, ApprovalStatus
 from ctrlrun.kernel.argument_display import shown_arguments
 from ctrlrun.kernel.effect import EffectRecord, idempotency_token_for
@@ -62,9 +63,11 @@ def request_facts(
     action_id = str(action.get("action_id", ""))
     decided = [e for e in store.events(action_id) if e.type is EventType.POLICY_EVALUATED]
     rule = str(decided[0].data.get("reason")) if decided else None
-    key = decided[0].effect_key if decided else None
-    effect = store.get_effect(key) if key else None
     entry = policy.entry(name) if policy is not None else None
+    key = decided[0].effect_key if decided else None
+    if key is None and entry is not None:  # asked before the call (a framework's pause)
+        key = _rendered_key(entry, action)
+    effect = store.get_effect(key) if key else None
     same = entry is not None and policy is not None and policy.policy_hash == record.policy_hash
     arguments = action.get("arguments")
     shown = (
@@ -82,6 +85,18 @@ def request_facts(
         still_needed=max(record.required - granted, 0) if live else 0,
         shown=shown,
     )
+
+
+def _rendered_key(entry: ActionPolicy, action: dict[str, Any]) -> str | None:
+    """The key the policy's ``effect`` template renders from the request's arguments, or None
+    (no template, or the arguments do not render one)."""
+    arguments = action.get("arguments")
+    if entry.effect is None or not isinstance(arguments, dict):
+        return None
+    try:
+        return entry.effect.render(arguments, action.get("resource"))
+    except CtrlrunError:
+        return None
 
 
 def _rule_text(entry: ActionPolicy, rule: str | None) -> str | None:

@@ -255,6 +255,7 @@ STYLES: Final = {
     "failed": "red",
     "denied": "red",
     "blocked": "red",
+    "observed": "blue",
     "expired": "red",
 }
 

@@ -24,9 +24,11 @@ from ctrlrun.kernel.policy_model import (
     Condition,
     ControlEntry,
     Decision,
+    Mode,
     Rule,
     check_control_ids,
     check_max_attempts,
+    check_mode,
     check_resource_template,
     first_unreachable,
     json_type,
@@ -35,9 +37,13 @@ from ctrlrun.kernel.signing import check_public_key
 from ctrlrun.kernel.template import Template
 
 PolicyParts = tuple[
-    tuple[ActionPolicy, ...], tuple[ControlEntry, ...], dict[str, str], tuple[NotifyTarget, ...]
+    tuple[ActionPolicy, ...],
+    tuple[ControlEntry, ...],
+    dict[str, str],
+    tuple[NotifyTarget, ...],
+    Mode,
 ]
-"""What a policy document holds: entries, controls, approver keys, notify targets."""
+"""What a policy document holds: entries, controls, approver keys, notify targets, mode."""
 
 KeyPath = tuple[str | int, ...]
 """Where a value sits in the document: mapping keys and list indexes, from the top."""
@@ -48,7 +54,7 @@ LineMap = Mapping[KeyPath, int]
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
 
-_TOP_KEYS: Final = ("schema", "actions", "controls", "approvals", "approvers", "notify")
+_TOP_KEYS: Final = ("schema", "mode", "actions", "controls", "approvals", "approvers", "notify")
 _TOP_REQUIRED: Final = ("schema", "actions")
 _ENTRY_KEYS: Final = (
     "decision",
@@ -60,6 +66,7 @@ _ENTRY_KEYS: Final = (
     "controls",
     "approval",
     "display",
+    "mode",
 )
 _RULE_KEYS: Final = ("when", "decision", "controls", "approval")
 _CONTROL_KEYS: Final = ("title", "source")
@@ -165,7 +172,8 @@ def parse_policy_document(
         _check_cited(reader, entry, defined)
     approvers = _approvers(reader, top.get("approvers", {}))
     notify = reader.checked(("notify",), parse_targets, top.get("notify", []))
-    return entries, controls, approvers, notify
+    mode = reader.checked(("mode",), check_mode, top.get("mode", Mode.ENFORCE.value))
+    return entries, controls, approvers, notify, mode
 
 
 def _approvers(reader: _Reader, value: object) -> dict[str, str]:
@@ -240,6 +248,7 @@ def _entry(reader: _Reader, name: str, body: object, defaults: ApprovalRules) ->
         controls=_cited_ids(reader, entry, path),
         approval=_approval(reader, entry.get("approval", {}), (*path, "approval"), defaults),
         display=_display(reader, entry.get("display", {}), (*path, "display")),
+        mode=_mode(reader, entry, path),
     )
 
 
@@ -255,6 +264,12 @@ def _display(reader: _Reader, value: object, path: KeyPath) -> tuple[tuple[str, 
         minor = fields.get("minor", 2)
         out.append((argument, reader.checked(here, Money, money, minor)))
     return tuple(out)
+
+
+def _mode(reader: _Reader, entry: Mapping[str, Any], path: KeyPath) -> Mode | None:
+    if "mode" not in entry:
+        return None
+    return reader.checked((*path, "mode"), check_mode, entry["mode"])
 
 
 def _cited_ids(reader: _Reader, body: Mapping[str, Any], parent: KeyPath) -> tuple[str, ...]:

@@ -33,6 +33,20 @@ class Decision(StrEnum):
     DENY = "deny"
 
 
+class Mode(StrEnum):
+    """Whether the policy's answer is enforced, or only recorded beside a call that runs."""
+
+    ENFORCE = "enforce"
+    OBSERVE = "observe"
+
+
+def check_mode(value: object) -> Mode:
+    """``value`` as a ``Mode``; ``InvalidArgument`` naming the two it takes otherwise."""
+    if isinstance(value, str) and value in set(Mode):
+        return Mode(value)
+    raise InvalidArgument(f"mode must be 'enforce' or 'observe', got {value!r}")
+
+
 class Op(StrEnum):
     """A condition's comparison. The numeric four compare integers only."""
 
@@ -326,7 +340,8 @@ class ActionPolicy:
     written controls every decision on this action is taken under. ``description`` is for people
     and is not a decision input. Raises ``InvalidArgument`` for a bad name, both or neither of
     ``decision``/``rules``, a rule after an unconditional one (unreachable), a ``{resource}``
-    inside ``resource``, or ``max_attempts`` below 1.
+    inside ``resource``, or ``max_attempts`` below 1. ``mode`` (None: the policy's) says
+    whether the answer is enforced or only observed (docs/rollout.md).
     """
 
     name: str
@@ -339,9 +354,12 @@ class ActionPolicy:
     controls: tuple[str, ...] = ()
     approval: ApprovalRules = DEFAULT_RULES
     display: tuple[tuple[str, Money], ...] = ()  # how arguments are shown: not hashed
+    mode: Mode | None = None
 
     def __post_init__(self) -> None:
         check_action_name(self.name)
+        if self.mode is not None:
+            object.__setattr__(self, "mode", check_mode(self.mode))
         if not all(isinstance(m, Money) for _, m in self.display):
             raise InvalidArgument("display must pair argument names with Money")
         if not isinstance(self.approval, ApprovalRules):
@@ -389,6 +407,8 @@ class ActionPolicy:
             out["controls"] = list(self.controls)
         if self.approval.to_document():
             out["approval"] = self.approval.to_document()
+        if self.mode is not None:
+            out["mode"] = self.mode.value
         return out
 
     def approval_for(self, rule: int | None) -> ApprovalRules:

@@ -74,6 +74,7 @@ from ctrlrun.runtime.call import (
 )
 from ctrlrun.runtime.context import current_approval, hold, release
 from ctrlrun.runtime.normalize import build_action, normalized
+from ctrlrun.runtime.observe import NOT_STARTED, begin_observed
 from ctrlrun.runtime.policy_source import PolicySource
 from ctrlrun.runtime.receipts import Verdict, describe, evaluated, proposed, receipt_draft
 from ctrlrun.runtime.reconcile import Reconcile, reconcile_blocked
@@ -307,6 +308,8 @@ class Control:
             policy = self.refresh_policy()
         action = normalized(policy, action)
         started_at = self._clock()
+        if policy.observes(action.name):  # mode: observe: nothing enforced, nothing reserved
+            return begin_observed(self, action, spec, policy, started_at), NOT_STARTED
         entry = policy.entry(action.name)
         key = self._effect_key(action, policy, entry, spec, started_at)
         evaluation = policy.evaluate(action)

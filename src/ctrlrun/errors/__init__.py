@@ -38,6 +38,7 @@ from ctrlrun.errors.core import (
     OutcomeUnrecorded,
     PolicyError,
     ProtectionMismatch,
+    RefusalLoop,
     Refused,
     SchemaMismatch,
     StoreError,
@@ -56,6 +57,7 @@ from ctrlrun.errors.documents import (
 )
 from ctrlrun.errors.durable import (
     ClaimLost,
+    NotifyReason,
     OperationInFlight,
     PlanReason,
     PlanRefused,
@@ -86,6 +88,7 @@ __all__ = [
     "MismatchReason",
     "MissingDependency",
     "NotExecuted",
+    "NotifyReason",
     "OperationInFlight",
     "OutcomeUnrecorded",
     "PlanReason",
@@ -93,6 +96,7 @@ __all__ = [
     "PolicyError",
     "PreconditionRequired",
     "ProtectionMismatch",
+    "RefusalLoop",
     "Refused",
     "SchemaMismatch",
     "StoreError",

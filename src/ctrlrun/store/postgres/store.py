@@ -193,7 +193,11 @@ class PostgresStateStore(SQLStore):
     def finish_action(self, request: FinishRequest) -> Receipt:
         """See ``StateStore.finish_action``. Overrides the shared path: folded into the
         COMMIT's message; when the outcome's conditional move matched no row (``GuardMissed``,
-        nothing committed), the shared path re-reads and decides in a new transaction."""
+        nothing committed), the shared path re-reads and decides in a new transaction. An
+        outcome that tells someone (``notices``: a new AMBIGUOUS) takes the shared path, its
+        messages in the same transaction: rare, so unfolded."""
+        if request.notices:
+            return super().finish_action(request)
         try:
             pending = self._write(lambda txn: folded.finish(txn, request), "finish_action")
         except GuardMissed:

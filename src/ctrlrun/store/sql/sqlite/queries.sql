@@ -40,6 +40,13 @@ SELECT approval_id, action_hash, action_json, policy_hash, status, created_at, e
        approver, answered_at, consumed_at, consumed_by, required, excluded_json
 FROM approvals WHERE approval_id = :approval_id;
 
+-- name: approval_get_locked
+-- The request as approval_get reads it; the write transaction already holds SQLite's one
+-- write lock, so the grants an answer counts after it are every grant there is.
+SELECT approval_id, action_hash, action_json, policy_hash, status, created_at, expires_at,
+       approver, answered_at, consumed_at, consumed_by, required, excluded_json
+FROM approvals WHERE approval_id = :approval_id;
+
 -- name: approval_list
 SELECT approval_id, action_hash, action_json, policy_hash, status, created_at, expires_at,
        approver, answered_at, consumed_at, consumed_by, required, excluded_json
@@ -100,6 +107,13 @@ FROM events ORDER BY event_id;
 -- name: event_list_by_action
 SELECT event_id, ts, type, action_id, effect_key, approval_id, data_json
 FROM events WHERE action_id = :action_id ORDER BY event_id;
+
+-- name: event_denial_reason
+-- The latest denial of one request (its reason, if given): read backwards from the
+-- newest event, only on the path of a call a person denied.
+SELECT data_json FROM events
+WHERE approval_id = :approval_id AND type = 'APPROVAL_DENIED'
+ORDER BY event_id DESC LIMIT 1;
 
 -- name: chain_head_lock
 SELECT seq, hash FROM receipt_chain WHERE id = 1;

@@ -16,6 +16,12 @@ Every field is keyword-only and survives pickling, so refusals cross process bou
 
 from __future__ import annotations
 
+from ctrlrun.errors.chain import (
+    ChainRefusal,
+    ChainRefused,
+    CheckpointInvalid,
+    CheckpointReason,
+)
 from ctrlrun.errors.core import (
     ActionDenied,
     AlreadyCommitted,
@@ -63,6 +69,7 @@ from ctrlrun.errors.durable import (
     PlanRefused,
     Undeliverable,
 )
+from ctrlrun.errors.replication import ReplicationReason, ReplicationRefused, StaleTimeline
 
 __all__ = [
     "ActionDenied",
@@ -72,6 +79,10 @@ __all__ = [
     "AmbiguousWrite",
     "ApprovalMismatch",
     "ApprovalRequired",
+    "ChainRefusal",
+    "ChainRefused",
+    "CheckpointInvalid",
+    "CheckpointReason",
     "ClaimLost",
     "CtrlrunError",
     "DenyReason",
@@ -98,7 +109,10 @@ __all__ = [
     "ProtectionMismatch",
     "RefusalLoop",
     "Refused",
+    "ReplicationReason",
+    "ReplicationRefused",
     "SchemaMismatch",
+    "StaleTimeline",
     "StoreError",
     "StoreNotFound",
     "Undeliverable",

@@ -32,7 +32,7 @@ from ctrlrun.kernel.approval import (
 )
 from ctrlrun.kernel.effect import EffectRecord, EffectState
 from ctrlrun.kernel.event import Event, EventDraft
-from ctrlrun.kernel.receipt import ChainHead, ChainReport, Receipt, verify_chain
+from ctrlrun.kernel.receipt import ChainHead, ChainReport, Receipt, as_of_head, verify_chain
 from ctrlrun.store import codec
 from ctrlrun.store.codec import Row
 from ctrlrun.store.ops import Txn
@@ -239,9 +239,20 @@ class SQLStore:
         rows = self._rows("chain_head_get")
         return ChainHead(int(rows[0]["seq"]), rows[0]["hash"]) if rows else None
 
-    def verify_chain(self) -> ChainReport:
-        """See ``StateStore.verify_chain``."""
-        rows = self._rows("receipt_list_verify")
+    def chain_anchor(self) -> ChainHead | None:
+        """See ``StateStore.chain_anchor``."""
+        rows = [r for r in self._rows("anchor_list") if int(r["partition_id"]) == 0]
+        return ChainHead(int(rows[0]["seq"]), rows[0]["hash"]) if rows else None
+
+    def verify_chain(self, *, checkpoints: Sequence[ChainHead] | None = None) -> ChainReport:
+        """See ``StateStore.verify_chain``. One pass: the head, the anchor, the rows, the head
+        again. Receipts appended while the rows were read are left to the next verification
+        (``as_of_head``), so a busy store is judged as of the first head, never mistaken for
+        a broken one."""
+        before = self.chain_head()
+        anchor = self.chain_anchor()
+        rows = [codec.receipt_from_row(r, columns=True) for r in self._rows("receipt_list_verify")]
+        after = self.chain_head()
         return verify_chain(
-            (codec.receipt_from_row(r, columns=True) for r in rows), self.chain_head()
+            as_of_head(rows, before, after), before, anchor=anchor, checkpoints=checkpoints
         )

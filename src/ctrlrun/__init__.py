@@ -13,6 +13,9 @@ receipt; when its outcome is unknown it is AMBIGUOUS, and a blind retry is refus
     with ctrlrun.context(agent="support-bot", user="alice"):
         refund(payment_id="pay_123", amount=5000)
 
+A ``Control`` of your own (in a test, say) takes a policy from ``ctrlrun.load_policy(path)``
+or ``ctrlrun.Policy.from_yaml(text)``.
+
 ``import ctrlrun`` imports no optional dependency (no database driver, no HTTP server).
 """
 
@@ -55,6 +58,7 @@ from ctrlrun.kernel.event import Event, EventType
 from ctrlrun.kernel.held import HeldCheck, HeldStatus
 from ctrlrun.kernel.policy import Decision, Policy
 from ctrlrun.kernel.receipt import BreakKind, ChainReport, Receipt, ReceiptResult, verify_chain
+from ctrlrun.loading import load_policy
 from ctrlrun.runtime.context import context, idempotency_token, with_approval
 from ctrlrun.runtime.control import Control
 from ctrlrun.runtime.held import check_held_receipts
@@ -119,6 +123,7 @@ __all__ = [
     "context",
     "idempotency_token",
     "idempotency_token_for",
+    "load_policy",
     "protect",
     "set_default_control",
     "verify_chain",

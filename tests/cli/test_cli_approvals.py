@@ -22,6 +22,10 @@ def test_pending_shows_what_waits_and_the_action_it_would_authorise(scene):
         "ACTION",
         "REQUESTED",
         "BY",
+        "ENVIRONMENT",
+        "RULE",
+        "NEEDS",
+        "EFFECT",
         "ARGUMENTS",
     ]
     expires = scene.store.get_approval(approval_id).expires_at
@@ -110,6 +114,14 @@ def test_json_is_one_document_per_line_with_stable_fields(scene):
         "consumed_at",
         "consumed_by",
         "deny_reason",
+        "answers",
+        "rule",
+        "rule_text",
+        "effect_key",
+        "effect_state",
+        "environment",
+        "approvals_needed",
+        "arguments_shown",
     }
     assert documents[0]["approver"] == "cli:local"
     assert documents[1]["action"]["arguments"] == {"amount": 300_000, "payment_id": "pay_4"}

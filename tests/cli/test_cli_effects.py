@@ -26,6 +26,12 @@ def test_effects_lists_every_key_with_its_state_in_aligned_columns(scene):
         "ID",
         "UPDATED",
         "NOTE",
+        "NAME",
+        "REQUESTED",
+        "BY",
+        "IDEMPOTENCY",
+        "TOKEN",
+        "ARGUMENTS",
     ]
     assert [row.split()[:3] for row in rows] == [
         ["refund:pay_1", "committed", "1"],
@@ -61,6 +67,11 @@ def test_json_is_one_document_per_line_with_stable_fields(scene):
         "resolved_by",
         "error",
         "result",
+        "action",
+        "arguments",
+        "arguments_shown",
+        "principal",
+        "idempotency_token",
     }
     assert documents[0]["action_id"] == first and documents[0]["result"] == {"refund": "re_1"}
     assert documents[1]["state"] == "ambiguous" and documents[1]["lease_expired"] is False

@@ -52,10 +52,22 @@ def test_the_starter_policy_says_what_it_promises():
     assert sum(line.lstrip().startswith("#") for line in STARTER_POLICY.splitlines()) >= 8
 
 
-def test_init_never_overwrites_a_policy_and_writes_nothing(empty):
+def test_init_beside_an_existing_policy_creates_only_the_missing_store(empty):
     (empty / "ctrlrun.yaml").write_text("mine\n")
-    refused(run("init"), "ctrlrun.yaml already exists", "never overwrites")
+    result = run("init")
+    assert result.exit_code == 0, result.output
+    assert "kept ctrlrun.yaml as it is (init never overwrites a policy)" in result.stdout
+    assert "created store .ctrlrun/state.db" in result.stdout
     assert (empty / "ctrlrun.yaml").read_text() == "mine\n"
+    assert (empty / ".ctrlrun" / "state.db").is_file()
+    again = run("init")
+    assert "kept the existing store .ctrlrun/state.db" in again.stdout
+    assert (empty / "ctrlrun.yaml").read_text() == "mine\n"
+
+
+def test_init_refuses_a_policy_path_that_is_a_directory_and_writes_nothing(empty):
+    (empty / "ctrlrun.yaml").mkdir()
+    refused(run("init"), "ctrlrun.yaml exists and is not a policy file")
     assert not (empty / ".ctrlrun").exists()
 
 

@@ -56,7 +56,7 @@ def test_a_denial_needs_a_reason_and_the_agent_is_then_denied(page, agents):
     needed = agents.refund("pay_7", 300_000)
     page.goto("/")
     request = page.locator(f"#request-{needed.request_id}")
-    request.locator("input[name=reason]").fill("not a customer of ours")
+    request.locator("form.deny input[name=reason]").fill("not a customer of ours")
     request.locator("form.deny button").click()
     assert f"denied {needed.request_id}" in page.inner_text(".done")
     held = agents.store.get_approval(needed.request_id)

@@ -87,6 +87,13 @@ def test_an_approval_interrupts_and_a_grant_resumes_it_once(refund, ran, mode, c
     assert receipt["approver"] == "bob"
 
 
+def test_the_pause_names_the_ctrlrun_action_not_only_the_tool(refund, ran, mode):
+    graph = agent(model(("refund", {"payment_id": "pay_big", "amount": 200_000})), refund)
+    [pause] = invoke(graph, mode, ask("refund big"))["__interrupt__"]
+    assert pause.value["action"] == "stripe.refund"  # what `ctrlrun approvals` and the policy say
+    assert pause.value["tool"] == "refund"  # what the model called
+
+
 def test_a_resume_without_a_grant_is_a_denial(refund, ran, mode):
     graph = agent(model(("refund", {"payment_id": "pay_big", "amount": 200_000})), refund)
     invoke(graph, mode, ask("refund big"))

@@ -115,6 +115,39 @@ def test_an_approved_call_names_its_approver_and_arguments_are_opt_in(
     assert arguments == '{"amount":200000,"payment_id":"pay_big"}'
 
 
+def test_a_call_waiting_for_a_person_carries_the_decision_rule_key_and_request(traced, spans):
+    @ctrlrun.protect("stripe.refund", control=traced)
+    def refund(payment_id: str, amount: int):
+        return "refunded"
+
+    async def arefund(payment_id: str, amount: int):
+        return "refunded"
+
+    protected_async = ctrlrun.protect("stripe.refund", control=traced)(arefund)
+
+    async def main():
+        with ctrlrun.context("bot"):
+            with pytest.raises(ctrlrun.ApprovalRequired) as waiting:
+                await protected_async("pay_async", 300_000)
+        return waiting.value.request_id
+
+    with ctrlrun.context("bot"), pytest.raises(ctrlrun.ApprovalRequired) as needed:
+        refund("pay_big", 200_000)
+    async_request = asyncio.run(main())
+    sync_span, async_span = by_name(spans, "execute_tool stripe.refund")
+    for span, request_id, key in (
+        (sync_span, needed.value.request_id, "refund:pay_big"),
+        (async_span, async_request, "refund:pay_async"),
+    ):
+        attributes = dict(span.attributes)
+        assert attributes["ctrlrun.decision"] == "approve"
+        assert attributes["ctrlrun.decision_reason"] == "rule[1]"
+        assert attributes["ctrlrun.effect_key"] == key
+        assert attributes["ctrlrun.approval_id"] == request_id
+        assert attributes["ctrlrun.refusal"] == "approval_required"
+        assert span.status.status_code is trace.StatusCode.UNSET
+
+
 def test_an_async_call_is_traced_the_same_way(traced, provider, spans):
     inner = provider.get_tracer("http-client")
 

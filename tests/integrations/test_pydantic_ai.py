@@ -64,6 +64,7 @@ def test_an_approval_pauses_and_a_grant_resumes_it_once(toolset, ran, control, s
     [pending] = paused.output.approvals
     metadata = paused.output.metadata[pending.tool_call_id]
     assert metadata["summary"].startswith('stripe.refund {"amount":200000')
+    assert metadata["action"] == "stripe.refund"  # the ctrlrun action, as the policy names it
     control.approvals.grant(metadata["ctrlrun_request_id"], "bob")
     resumed = asyncio.run(
         agent.run(

@@ -1,7 +1,8 @@
 """``ctrlrun approvals`` (what waits for a human), ``ctrlrun approve`` and ``ctrlrun deny``.
 
-An answer from the shell is recorded as ``cli:local``: the command line cannot tell who typed
-it. A grant authorises exactly the action it names (its hash), once, until it expires.
+An answer from the shell is recorded as ``--as NAME`` (``$CTRLRUN_AS``), else ``cli:local``:
+the command line cannot tell who typed it. A grant authorises exactly the action it names (its
+hash), once, until it expires.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import click
 
@@ -18,10 +19,14 @@ from ctrlrun.cli.common import (
     CLI_PERSON,
     Refusal,
     compact,
+    display_policy,
     existing_store,
     instant,
     json_line,
+    person_option,
+    reason_option,
     say,
+    shown_compact,
     store_url_option,
     table,
     when,
@@ -29,12 +34,25 @@ from ctrlrun.cli.common import (
 )
 from ctrlrun.config import load_policy_file
 from ctrlrun.kernel.approval import ApprovalRecord, ApprovalStatus
-from ctrlrun.kernel.event import EventType
+from ctrlrun.kernel.event import Event, EventType
+from ctrlrun.runtime.request_facts import RequestFacts, request_facts
 from ctrlrun.store.protocol import StateStore
 
 APPROVER_ENV = "CTRLRUN_APPROVER"
+"""The old name of ``$CTRLRUN_AS`` for ``approve``/``deny``, still read for one release."""
 
-HEADER = ("APPROVAL", "STATUS", "EXPIRES", "ACTION", "REQUESTED BY", "ARGUMENTS")
+HEADER = (
+    "APPROVAL",
+    "STATUS",
+    "EXPIRES",
+    "ACTION",
+    "REQUESTED BY",
+    "ENVIRONMENT",
+    "RULE",
+    "NEEDS",
+    "EFFECT",
+    "ARGUMENTS",
+)
 
 
 def answerable_expired(record: ApprovalRecord, now: datetime) -> bool:
@@ -70,11 +88,46 @@ def denial_reasons(store: StateStore, records: Iterable[ApprovalRecord]) -> dict
     }
 
 
+ANSWERS: Final = {EventType.APPROVAL_GRANTED: "granted", EventType.APPROVAL_DENIED: "denied"}
+
+
+def answers_given(events: Iterable[Event]) -> dict[str, list[dict[str, str | None]]]:
+    """Every answer among ``events``, by approval id, in order: ``{"answer": "granted" |
+    "denied", "by": who, "reason": why or None}`` (one per grant of an M-of-N request)."""
+    out: dict[str, list[dict[str, str | None]]] = {}
+    for event in events:
+        answer = ANSWERS.get(event.type)
+        if answer is None or not event.approval_id:
+            continue
+        reason = event.data.get("reason")
+        by = event.data.get("approver")
+        out.setdefault(event.approval_id, []).append(
+            {
+                "answer": answer,
+                "by": None if by is None else str(by),
+                "reason": None if reason is None else str(reason),
+            }
+        )
+    return out
+
+
+def answers_line(answers: Iterable[dict[str, str | None]]) -> str:
+    """``granted by alice: "why"; granted by bob`` (what each person said, when anything)."""
+    return "; ".join(
+        f"{a['answer']} by {a['by']}" + (f": {a['reason']}" if a["reason"] else "") for a in answers
+    )
+
+
 def approval_document(
-    record: ApprovalRecord, now: datetime, reason: str | None = None
+    record: ApprovalRecord,
+    now: datetime,
+    reason: str | None = None,
+    answers: list[dict[str, str | None]] | None = None,
 ) -> dict[str, Any]:
-    """The ``--json`` form of one approval (stable field names)."""
+    """The ``--json`` form of one approval (stable field names). ``answers``: who answered
+    and why (``answers_given``), when they were read."""
     return {
+        "answers": answers or [],
         "approval_id": record.approval_id,
         "status": str(record.status),
         "expired": answerable_expired(record, now),
@@ -91,16 +144,34 @@ def approval_document(
     }
 
 
-def _row(record: ApprovalRecord, now: datetime, reason: str | None) -> tuple[str, ...]:
+def _row(
+    record: ApprovalRecord, now: datetime, reason: str | None, facts: RequestFacts
+) -> tuple[str, ...]:
     action = record.action
+    effect = "-"
+    if facts.effect_key is not None:
+        effect = f"{facts.effect_key} ({facts.effect_state or 'not reserved'})"
     return (
         record.approval_id,
         shown_status(record, now, reason),
         when(record.expires_at),
         str(action.get("name", "-")),
         who(action.get("principal")),
-        compact(action.get("arguments", {})),
+        facts.environment or "-",
+        facts.rule or "-",
+        str(facts.still_needed) if record.status is ApprovalStatus.PENDING else "-",
+        effect,
+        shown_compact(action.get("arguments", {}), facts.shown),
     )
+
+
+def _granted_so_far(store: StateStore, record: ApprovalRecord) -> int:
+    """How many distinct approvers have granted ``record`` (its grant rows)."""
+    if record.status is not ApprovalStatus.PENDING or record.required == 1:
+        return 0
+    from ctrlrun.store.ops.approvals import grants_in_txn
+
+    return len(store.read(lambda txn: grants_in_txn(txn, record.approval_id)))
 
 
 @click.command()
@@ -122,18 +193,27 @@ def approvals(status: str | None, pending: bool, as_json: bool, store_url: str |
         raise click.UsageError("--pending is --status pending; give one of them")
     if pending:
         status = "pending"
+    policy = display_policy()
     with existing_store(store_url) as store:
         records = store.list_approvals(ApprovalStatus(status) if status else None)
         reasons = denial_reasons(store, records)
+        answered = any(r.approver for r in records) or any(r.required > 1 for r in records)
+        answers = answers_given(store.events()) if as_json and answered else {}
+        facts = {
+            r.approval_id: request_facts(store, r, policy, _granted_so_far(store, r))
+            for r in records
+        }
     now = utc_now()
     if as_json:
         for record in records:
-            json_line(approval_document(record, now, reasons.get(record.approval_id)))
+            rid = record.approval_id
+            document = approval_document(record, now, reasons.get(rid), answers.get(rid))
+            json_line(document | facts[rid].document())
         return
     if not records:
         say("nothing waits for a human" if status == "pending" else "no approval requests yet")
         return
-    rows = [_row(r, now, reasons.get(r.approval_id)) for r in records]
+    rows = [_row(r, now, reasons.get(r.approval_id), facts[r.approval_id]) for r in records]
     table(rows, header=HEADER, color_column=1)
 
 
@@ -145,18 +225,9 @@ def _answered(verb: str, record: ApprovalRecord, person: str) -> None:
     )
 
 
-def person_option(fn: Any) -> Any:
-    """``--as NAME`` (or ``$CTRLRUN_APPROVER``): who is answering; default ``cli:local``."""
-    option = click.option(
-        "--as",
-        "person",
-        envvar=APPROVER_ENV,
-        default=CLI_PERSON,
-        show_default=True,
-        metavar="NAME",
-        help=f"Who is answering (env {APPROVER_ENV}); with --key, the approver whose key signs.",
-    )
-    return option(fn)
+answerer_option = person_option(default=CLI_PERSON, legacy_env=(APPROVER_ENV,))
+"""``--as NAME`` (``$CTRLRUN_AS``, or the old ``$CTRLRUN_APPROVER``); with ``--key``, the
+approver whose key signs. Default ``cli:local``."""
 
 
 def _signature(store: StateStore, approval_id: str, person: str, key: str | None) -> str | None:
@@ -192,12 +263,19 @@ def _approver_keys() -> dict[str, str]:
     metavar="FILE",
     help="Sign the grant with this Ed25519 private key (`ctrlrun approver keygen`).",
 )
-@person_option
+@answerer_option
+@reason_option
 @store_url_option
-def approve(
-    approval_id: str, action_hash: str | None, key: str | None, person: str, store_url: str | None
+def approve(  # noqa: PLR0917 - click passes one argument per option
+    approval_id: str,
+    action_hash: str | None,
+    key: str | None,
+    person: str,
+    reason: str | None,
+    store_url: str | None,
 ) -> None:
-    """Grant the pending request ID, as --as NAME (default cli:local), signed with --key.
+    """Grant the pending request ID, as --as NAME (default cli:local), signed with --key;
+    --reason TEXT is recorded with the grant.
 
     The grant authorises exactly the action shown (its hash), once, until the request
     expires; the identical call then runs (or presents it with `ctrlrun.with_approval(ID)`).
@@ -214,12 +292,13 @@ def approve(
                     f" {action_hash} you reviewed; nothing granted"
                 )
         signature = _signature(store, approval_id, person, key)
-        record = store.grant_approval(approval_id, person, signature)
+        record = store.grant_approval(approval_id, person, signature, reason)
+    _answered("granted", record, person)
+    if reason is not None:
+        say(f"reason: {reason}")
     if record.status is ApprovalStatus.PENDING:  # more approvers must grant it too
-        _answered("granted", record, person)
         say(f"still pending: it needs {record.required} distinct approvers")
         return
-    _answered("granted", record, person)
     say(
         f"expires {when(record.expires_at)}; single use, for exactly this action"
         f" ({record.action_hash})"
@@ -228,8 +307,8 @@ def approve(
 
 @click.command()
 @click.argument("approval_id", metavar="ID")
-@click.option("--reason", metavar="TEXT", help="Why: recorded with the denial, shown by inspect.")
-@person_option
+@answerer_option
+@reason_option
 @store_url_option
 def deny(approval_id: str, reason: str | None, person: str, store_url: str | None) -> None:
     """Deny the pending request ID, as --as NAME (default cli:local). The identical call

@@ -22,8 +22,9 @@ import click
 from ctrlrun._time import display_instant, encode_instant
 from ctrlrun.display import escape_text
 from ctrlrun.errors import CtrlrunError
+from ctrlrun.kernel.policy import Policy
 from ctrlrun.loopback import is_loopback
-from ctrlrun.runtime.locate import default_store_path, policy_path
+from ctrlrun.runtime.locate import default_store_path, missing_policy_text, policy_path
 from ctrlrun.store.protocol import StateStore
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -32,6 +33,8 @@ CLI_PERSON: Final = "cli:local"
 """Who a shell answer is recorded as: the CLI cannot verify a person, so it says where from."""
 
 STORE_URL_ENV: Final = "CTRLRUN_STORE_URL"
+AS_ENV: Final = "CTRLRUN_AS"
+"""Who is answering, for every command where a person answers (``--as``)."""
 DEBUG_ENV: Final = "CTRLRUN_DEBUG"
 
 
@@ -109,6 +112,42 @@ def _silence_stdout() -> None:
         pass
 
 
+# --- who answers, and why ----------------------------------------------------------------
+
+
+def person_option(
+    *, default: str | None, legacy_flags: tuple[str, ...] = (), legacy_env: tuple[str, ...] = ()
+) -> Callable[[F], F]:
+    """``--as NAME`` (env ``$CTRLRUN_AS``): who is answering, the same flag on every command
+    where a person answers. ``legacy_flags`` and ``legacy_env`` are the names a command had
+    before (``--by``, ``$CTRLRUN_APPROVER``, ``$CTRLRUN_USER``), still read for one release;
+    ``$CTRLRUN_AS`` wins over them. ``default``: what is recorded when nothing names anyone
+    (None: the command decides)."""
+    env = (AS_ENV, *legacy_env)
+    shown = ", ".join(f"${name}" for name in env)
+    return click.option(
+        "--as",
+        *legacy_flags,
+        "person",
+        envvar=list(env),
+        default=default,
+        show_default=default is not None,
+        metavar="NAME",
+        help=f"Who is answering (env {shown}); recorded with the answer.",
+    )
+
+
+def reason_option(fn: F) -> F:
+    """``--reason TEXT``: why, in the person's words, recorded with the answer and shown by
+    ``inspect``, the console and ``--json``."""
+    option = click.option(
+        "--reason",
+        metavar="TEXT",
+        help="Why: recorded with the answer, shown by inspect, the console and --json.",
+    )
+    return option(fn)
+
+
 # --- the store ---------------------------------------------------------------------------
 
 
@@ -148,8 +187,7 @@ def default_store_url() -> str:
     policy = policy_path()
     if not policy.exists():
         raise Refusal(
-            f"no policy file at {policy.absolute()}, so no default store: run `ctrlrun init`,"
-            f" or pass --store-url (or set {STORE_URL_ENV})"
+            f"{missing_policy_text(policy)}; or pass --store-url (or set {STORE_URL_ENV})"
         )
     try:
         with policy.open("rb") as handle:
@@ -159,6 +197,19 @@ def default_store_url() -> str:
             f"cannot read the policy file {policy.absolute()}: {exc.strerror or exc}"
         ) from exc
     return sqlite_url(default_store_path(policy))
+
+
+def display_policy() -> Policy | None:
+    """The policy file, for showing what a person reads (``display:``, a rule's text), when it
+    loads; None when there is none or it does not load (the listing then shows values as they
+    are: evidence stays readable while the policy is being fixed)."""
+    from ctrlrun.config import load_policy_file
+
+    try:
+        path = policy_path()
+        return load_policy_file(path) if path.is_file() else None
+    except CtrlrunError:
+        return None
 
 
 def sqlite_url(path: Path) -> str:
@@ -290,6 +341,19 @@ def compact(value: Any) -> str:
     """``value`` in full as one line of JSON, for a table cell (never shortened: a person
     approves from it)."""
     return json_text(value)
+
+
+def shown_compact(arguments: Any, shown: dict[str, str]) -> str:
+    """``compact(arguments)`` with each argument in ``shown`` written as a person reads it
+    (``{"amount": €2,500.00 (250000), "payment_id": "pay_3"}``): the exact value stays beside
+    the displayed one. Exactly ``compact`` when nothing is shown."""
+    if not shown or not isinstance(arguments, dict):
+        return compact(arguments)
+    parts = [
+        f"{json_text(name)}: {shown.get(name) or json_text(value)}"
+        for name, value in sorted(arguments.items())
+    ]
+    return "{" + ", ".join(parts) + "}"
 
 
 def who(principal: Any) -> str:

@@ -13,7 +13,14 @@ from typing import Any
 
 import click
 
-from ctrlrun.cli.common import Refusal, checked_store_url, listen_address, say
+from ctrlrun.cli.common import (
+    Refusal,
+    checked_store_url,
+    default_store_url,
+    display_policy,
+    listen_address,
+    say,
+)
 from ctrlrun.cli.serve import bind_listening
 from ctrlrun.errors import CtrlrunError, MissingDependency
 from ctrlrun.loopback import HostGuard, is_loopback, served_names
@@ -37,9 +44,9 @@ def _parts() -> tuple[Any, Any, Any]:
 @click.option(
     "--store-url",
     envvar="CTRLRUN_STORE_URL",
-    required=True,
     callback=checked_store_url,
-    help="sqlite:///path or postgresql://…?ctrlrun_schema=… (or CTRLRUN_STORE_URL).",
+    help="sqlite:///path or postgresql://…?ctrlrun_schema=… (or CTRLRUN_STORE_URL;"
+    " default: .ctrlrun/state.db beside the policy, like every other command).",
 )
 @click.option("--listen", default=DEFAULT_LISTEN, show_default=True, metavar="HOST:PORT")
 @click.option(
@@ -61,7 +68,7 @@ def _parts() -> tuple[Any, Any, Any]:
 @click.option("--timeout", type=click.FloatRange(0.1, 3600), default=10.0, show_default=True)
 @click.option("--max-connections", type=click.IntRange(1, 10_000), default=64, show_default=True)
 def console(  # noqa: PLR0917 - click passes one argument per option
-    store_url: str,
+    store_url: str | None,
     listen: str,
     accounts: Path | None,
     trusted_header: str | None,
@@ -73,7 +80,9 @@ def console(  # noqa: PLR0917 - click passes one argument per option
     """Serve the operator's console: approvals, effects, receipts, plans, outbox, documents.
 
     Give exactly one of --accounts (people sign in with a password) and --trusted-header (a
-    reverse proxy names them). Loopback only unless --allow-remote.
+    reverse proxy names them). Loopback only unless --allow-remote. Without --store-url, the
+    store beside the policy; the policy file, when it loads, says how arguments are shown
+    (`display:`) and what each rule says.
     """
     if (accounts is None) == (trusted_header is None):
         raise click.UsageError("give exactly one of --accounts and --trusted-header")
@@ -86,7 +95,8 @@ def console(  # noqa: PLR0917 - click passes one argument per option
         gate = gate_type(
             load_accounts(accounts) if accounts else None, trusted_header=trusted_header
         )
-        state: Any = open_store(store_url, existing=True)
+        url = default_store_url() if store_url is None else store_url
+        state: Any = open_store(url, existing=True)
         sock = bind_listening(host, port)
     except (CtrlrunError, OSError) as exc:
         raise Refusal(str(exc)) from None
@@ -97,7 +107,12 @@ def console(  # noqa: PLR0917 - click passes one argument per option
     try:
         run(
             HostGuard(
-                create_app(state, gate, approver_key.read_bytes() if approver_key else None),
+                create_app(
+                    state,
+                    gate,
+                    approver_key.read_bytes() if approver_key else None,
+                    display_policy(),
+                ),
                 names,
             ),
             sock,

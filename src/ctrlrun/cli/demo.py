@@ -7,6 +7,8 @@ before a run; the operator's store (and ``$CTRLRUN_STORE_URL``) is never touched
 
 from __future__ import annotations
 
+import shutil
+import sys
 from pathlib import Path
 from typing import Final
 
@@ -48,10 +50,25 @@ def demo() -> None:
     except DemoFailure as exc:
         raise Refusal(f"the demo failed, so ctrlrun is broken here: {exc}") from exc
     url = sqlite_url(path)
+    me = this_command()
     say("")
     say(f"All five held: {count} receipts, hash chain verified.")
     say("Read the evidence (the demo's own store; yours is untouched):")
-    say("   " + command_line("ctrlrun", "receipts", "--store-url", url))
-    say("   " + command_line("ctrlrun", "effects", "--store-url", url))
+    say("   " + command_line(me, "receipts", "--store-url", url))
+    say("   " + command_line(me, "effects", "--store-url", url))
     say("and settle scenario 1 as the person who checked with the provider:")
-    say("   " + command_line("ctrlrun", "resolve", LOST_REPLY_KEY, "--failed", "--store-url", url))
+    say("   " + command_line(me, "resolve", LOST_REPLY_KEY, "--failed", "--store-url", url))
+
+
+def this_command() -> str:
+    """How to run this ``ctrlrun`` again from the same shell: ``ctrlrun`` when that name
+    finds this very script on ``$PATH``, else the script's absolute path (``make demo`` runs
+    ``.venv/bin/ctrlrun`` without the venv being activated, so ``ctrlrun`` would not be found
+    or would be another install)."""
+    script = Path(sys.argv[0])
+    if script.name != "ctrlrun" or not script.is_file():
+        return "ctrlrun"  # not run as the console script (a test runner, python -c)
+    found = shutil.which("ctrlrun")
+    if found is not None and Path(found).resolve() == script.resolve():
+        return "ctrlrun"
+    return str(script.absolute())

@@ -17,6 +17,7 @@ from ctrlrun.cli.common import (
     checked_store_url,
     default_store_url,
     json_line,
+    person_option,
 )
 from ctrlrun.display import escape_text
 from ctrlrun.errors import CtrlrunError
@@ -46,9 +47,18 @@ def open_operator_store(url: str | None, *, writing: bool = False) -> Any:
     return open_store(target, existing=True, read_only=not writing)
 
 
+USER_ENV = "CTRLRUN_USER"
+"""The old name of ``$CTRLRUN_AS`` for ``plans`` and ``outbox``, still read for one release."""
+
+durable_person_option = person_option(default=None, legacy_flags=("--by",), legacy_env=(USER_ENV,))
+"""``--as NAME`` (the old ``--by`` still works), ``$CTRLRUN_AS`` (or the old
+``$CTRLRUN_USER``); without any, the OS user (``default_person``)."""
+
+
 def default_person() -> str:
-    """Who is answering, when ``--by`` is not given: the OS user."""
-    return os.environ.get("CTRLRUN_USER") or getpass.getuser()
+    """Who is answering, when neither ``--as`` nor ``$CTRLRUN_AS`` names anyone: the OS
+    user."""
+    return os.environ.get(USER_ENV) or getpass.getuser()
 
 
 @contextmanager

@@ -32,6 +32,8 @@ actions:
   # Refunds in bands bounded on both ends: zero, negative or huge amounts match no band.
   stripe.refund:
     effect: "refund:{payment_id}"
+    display:                                   # people read 250000 as €2,500.00 (250000)
+      amount: {money: EUR, minor: 2}
     rules:
       - when: {amount_gte: 1, amount_lte: 100000}        # €0.01 to €1,000: runs
         decision: allow
@@ -65,15 +67,16 @@ def init(store_url: str | None) -> None:
     """Write a commented starter ctrlrun.yaml (or $CTRLRUN_CONFIG) and create the store.
 
     The store is .ctrlrun/state.db beside the policy unless --store-url (or
-    $CTRLRUN_STORE_URL) names another. An existing policy is never overwritten (exit 1,
-    nothing written).
+    $CTRLRUN_STORE_URL) names another. An existing policy is never overwritten: beside one,
+    init creates only the missing store (and says it kept the policy as it is).
     """
     from ctrlrun.store import open_store, parse_store_url
     from ctrlrun.store.sqlite import SQLiteStateStore
 
     policy = policy_path()
-    if policy.exists() or policy.is_symlink():
-        raise Refusal(f"{shown(policy)} already exists; ctrlrun init never overwrites a policy")
+    kept = policy.exists() or policy.is_symlink()
+    if kept and not policy.is_file():
+        raise Refusal(f"{shown(policy)} exists and is not a policy file; nothing written")
     if store_url:
         parse_store_url(store_url)  # a malformed URL is refused before anything is written
     target = default_store_path(policy)
@@ -83,9 +86,12 @@ def init(store_url: str | None) -> None:
     else:
         target.parent.mkdir(mode=0o700, exist_ok=True)  # private: it holds the evidence
         SQLiteStateStore(target).close()
-    with policy.open("x", encoding="utf-8") as out:  # "x": lose no race to another writer
-        out.write(STARTER_POLICY)
-    say(f"wrote {shown(policy)}: 5 actions; anything it does not name is denied")
+    if kept:
+        say(f"kept {shown(policy)} as it is (init never overwrites a policy)")
+    else:
+        with policy.open("x", encoding="utf-8") as out:  # "x": lose no race to another writer
+            out.write(STARTER_POLICY)
+        say(f"wrote {shown(policy)}: 5 actions; anything it does not name is denied")
     where = redacted(store_url) if store_url else shown(target)
     say(f"{'kept the existing' if existed else 'created'} store {where}")
     say(

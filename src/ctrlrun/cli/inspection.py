@@ -15,13 +15,21 @@ from typing import Any, Final
 import click
 
 from ctrlrun._time import utc_now
-from ctrlrun.cli.approvals import approval_document, denial_reasons, shown_status
+from ctrlrun.cli.approvals import (
+    answers_given,
+    answers_line,
+    approval_document,
+    denial_reasons,
+    shown_status,
+)
 from ctrlrun.cli.common import (
     Refusal,
     compact,
+    display_policy,
     existing_store,
     instant,
     json_line,
+    shown_compact,
     store_url_option,
     table,
     when,
@@ -31,6 +39,7 @@ from ctrlrun.cli.effects import effect_document, shown_state
 from ctrlrun.cli.receipts import read_document, receipt_json
 from ctrlrun.display import command_line
 from ctrlrun.kernel.approval import ApprovalRecord, ApprovalStatus
+from ctrlrun.kernel.argument_display import shown_arguments
 from ctrlrun.kernel.effect import EffectRecord
 from ctrlrun.kernel.event import Event, EventType
 from ctrlrun.kernel.receipt import Receipt
@@ -131,6 +140,7 @@ def _fill_action(found: Inspection, own: list[Event], documents: list[dict[str, 
 def inspection_json(found: Inspection) -> dict[str, Any]:
     """The ``--json`` document (``ctrlrun.inspection/v1``)."""
     now = utc_now()
+    answers = answers_given(found.events)
     return {
         "schema": INSPECTION_SCHEMA,
         "action_id": found.action_id,
@@ -138,10 +148,13 @@ def inspection_json(found: Inspection) -> dict[str, Any]:
         "action_hash": found.action_hash,
         "decision": found.decision,
         "approvals": [
-            approval_document(a, now, found.reasons.get(a.approval_id)) for a in found.approvals
+            approval_document(a, now, found.reasons.get(a.approval_id), answers.get(a.approval_id))
+            for a in found.approvals
         ],
         "effect_key": found.effect_key,
-        "effect": None if found.effect is None else effect_document(found.effect, now),
+        "effect": None
+        if found.effect is None
+        else {**effect_document(found.effect, now), "resolve_reason": _resolve_reason(found)},
         "effect_template": _template_document(found.key_template),
         "receipts": [receipt_json(r) for r in found.receipts],
         "events": [e.to_dict() for e in found.events],
@@ -183,7 +196,21 @@ def _effect_line(found: Inspection) -> str:
         line += f"  (by {record.action_id}, not this action)"
     if record.resolved_by:
         line += f"  resolved by {record.resolved_by}"
+        reason = _resolve_reason(found)
+        line += f": {reason}" if reason else ""
     return line
+
+
+def _resolve_reason(found: Inspection) -> str | None:
+    """Why the effect was last resolved, in the resolver's words (its ``EFFECT_RESOLVED``
+    event), when they gave a reason."""
+    resolved = [
+        e
+        for e in found.events
+        if e.type is EventType.EFFECT_RESOLVED and e.effect_key == found.effect_key
+    ]
+    reason = resolved[-1].data.get("reason") if resolved else None
+    return None if reason is None else str(reason)
 
 
 def _receipt_lines(found: Inspection) -> list[tuple[str, str]]:
@@ -229,12 +256,13 @@ def header_lines(found: Inspection) -> list[tuple[str, str]]:
         ("action", found.action_id),
         ("name", str(action.get("name") or "-")),
         ("principal", who(action.get("principal"))),
-        ("arguments", compact(action.get("arguments", {}))),
+        ("arguments", _arguments_line(action)),
         ("resource", str(action.get("resource") or "-")),
         ("environment", str(action.get("environment") or "-")),
         ("hash", found.action_hash or "-"),
         ("decision", _decision_line(found.decision)),
     ]
+    answers = answers_given(found.events)
     lines += [
         (
             "approval",
@@ -243,10 +271,25 @@ def header_lines(found: Inspection) -> list[tuple[str, str]]:
         )
         for a in found.approvals
     ]
+    lines += [
+        ("answers", answers_line(answers[a.approval_id]))
+        for a in found.approvals
+        if any(x["reason"] for x in answers.get(a.approval_id, []))
+    ]
     lines.append(("effect", _effect_line(found)))
     if found.key_template is not None:
         lines.append(("template", _template_line(found.key_template)))
     return lines + _receipt_lines(found)
+
+
+def _arguments_line(action: Mapping[str, Any]) -> str:
+    """The arguments whole, money as the policy file's ``display:`` shows it (when it loads)."""
+    arguments = action.get("arguments", {})
+    policy = display_policy()
+    entry = policy.entry(str(action.get("name"))) if policy is not None else None
+    if entry is None or not isinstance(arguments, dict):
+        return compact(arguments)
+    return shown_compact(arguments, shown_arguments(arguments, entry.displays))
 
 
 def event_row(event: Event) -> tuple[str, ...]:

@@ -8,9 +8,10 @@ from typing import Any
 
 import click
 
-from ctrlrun.cli.common import compact, say, shorten, when
+from ctrlrun.cli.common import compact, reason_option, say, shorten, when
 from ctrlrun.cli.durable_common import (
     default_person,
+    durable_person_option,
     emit_json,
     open_operator_store,
     refusals,
@@ -116,7 +117,8 @@ def show_message(message_id: str, as_json: bool, store_url: str | None) -> None:
 @click.option("--sent", is_flag=True, help="It was delivered: never send it again.")
 @click.option("--failed", is_flag=True, help="It was not delivered and must not be.")
 @click.option("--pending", is_flag=True, help="Send it again.")
-@click.option("--by", "person", help="Who decides (default: $CTRLRUN_USER or the OS user).")
+@durable_person_option
+@reason_option
 @store_option
 def resolve_message(  # noqa: PLR0917 - click passes one argument per option
     message_id: str,
@@ -124,15 +126,17 @@ def resolve_message(  # noqa: PLR0917 - click passes one argument per option
     failed: bool,
     pending: bool,
     person: str | None,
+    reason: str | None,
     store_url: str | None,
 ) -> None:
     """Settle a parked (ambiguous) or dead message: give exactly one of --sent, --failed and
-    --pending. Any other status is refused (exit 1) and nothing is written."""
+    --pending, as --as NAME (default: the OS user), with --reason TEXT. Any other status is
+    refused (exit 1) and nothing is written."""
     chosen = [s for s, given in zip(VERDICTS, (sent, failed, pending), strict=True) if given]
     if len(chosen) != 1:
         raise click.UsageError("give exactly one of --sent, --failed and --pending")
     with refusals():
         moved = _outbox(store_url, writing=True).resolve(
-            message_id, chosen[0], resolver=person or default_person()
+            message_id, chosen[0], resolver=person or default_person(), reason=reason
         )
     say(f"{moved.message_id} resolved {moved.status}: {moved.last_error}")

@@ -9,9 +9,10 @@ from typing import Any
 import click
 
 from ctrlrun._time import utc_now
-from ctrlrun.cli.common import compact, say, when
+from ctrlrun.cli.common import compact, reason_option, say, when
 from ctrlrun.cli.durable_common import (
     default_person,
+    durable_person_option,
     emit_json,
     open_operator_store,
     refusals,
@@ -118,25 +119,29 @@ def _header(record: Any) -> list[tuple[str, str]]:
         ("expires", when(record.expires_at)),
         ("approver", record.approver or "-"),
     ]
+    if record.answer_reason:
+        lines.append(("reason", record.answer_reason))
     return lines + ([("error", record.error)] if record.error else [])
 
 
 @plans_group.command("approve")
 @click.argument("plan_id")
 @click.option("--hash", "plan_hash", help="the hash you reviewed (default: the stored one)")
-@click.option(
-    "--by",
-    "--as",
-    "person",
-    help="who approves (default: $CTRLRUN_USER or the OS user); with --key, whose key signs",
-)
+@durable_person_option
 @click.option("--key", metavar="FILE", help="sign the approval with this Ed25519 private key")
+@reason_option
 @store_option
-def approve_plan(
-    plan_id: str, plan_hash: str | None, person: str | None, key: str | None, store_url: str | None
+def approve_plan(  # noqa: PLR0917 - click passes one argument per option
+    plan_id: str,
+    plan_hash: str | None,
+    person: str | None,
+    key: str | None,
+    reason: str | None,
+    store_url: str | None,
 ) -> None:
-    """Approve the whole plan, bound to its hash; signed with --key when the policy names
-    approvers (the runner refuses an unsigned approval then)."""
+    """Approve the whole plan, bound to its hash, as --as NAME (default: the OS user; with
+    --key, whose key signs); signed with --key when the policy names approvers (the runner
+    refuses an unsigned approval then)."""
     with refusals():
         plans = _plans(store_url, writing=True)
         presented = plan_hash or _stored_hash(plans, plan_id)
@@ -147,23 +152,34 @@ def approve_plan(
 
             message = plan_grant_message(plan_id=plan_id, plan_hash=presented, approver=approver)
             signature = sign(Path(key).read_bytes(), message)
-        record = plans.approve(plan_id, plan_hash=presented, approver=approver, signature=signature)
-        say(f"approved {record.plan_id} {record.approved_hash} by {record.approver}")
+        record = plans.approve(
+            plan_id, plan_hash=presented, approver=approver, signature=signature, reason=reason
+        )
+        said = f": {record.answer_reason}" if record.answer_reason else ""
+        say(f"approved {record.plan_id} {record.approved_hash} by {record.approver}{said}")
 
 
 @plans_group.command("reject")
 @click.argument("plan_id")
 @click.option("--hash", "plan_hash", help="the hash you reviewed (default: the stored one)")
-@click.option("--by", "person", help="who rejects (default: $CTRLRUN_USER or the OS user)")
+@durable_person_option
+@reason_option
 @store_option
 def reject_plan(
-    plan_id: str, plan_hash: str | None, person: str | None, store_url: str | None
+    plan_id: str,
+    plan_hash: str | None,
+    person: str | None,
+    reason: str | None,
+    store_url: str | None,
 ) -> None:
-    """Reject the whole plan (terminal)."""
+    """Reject the whole plan (terminal), as --as NAME, with --reason TEXT."""
     with refusals():
         plans = _plans(store_url, writing=True)
-        record = plans.reject(plan_id, plan_hash=plan_hash, approver=person or default_person())
-        say(f"rejected {record.plan_id} {record.plan_hash} by {record.approver}")
+        record = plans.reject(
+            plan_id, plan_hash=plan_hash, approver=person or default_person(), reason=reason
+        )
+        said = f": {record.answer_reason}" if record.answer_reason else ""
+        say(f"rejected {record.plan_id} {record.plan_hash} by {record.approver}{said}")
 
 
 def _stored_hash(plans: Any, plan_id: str) -> str:

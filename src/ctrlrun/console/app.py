@@ -20,6 +20,7 @@ from ctrlrun.console import documents, durable, effects, inbox, receipts, stats
 from ctrlrun.console.approvals_source import InboxSource
 from ctrlrun.console.auth import COOKIE, SESSION_TTL, Gate
 from ctrlrun.console.render import SECURITY_HEADERS, page
+from ctrlrun.kernel.policy import Policy
 
 STATIC: Final = {
     "console.js": "text/javascript",
@@ -110,14 +111,17 @@ async def static(request: Request) -> Response:
     return Response(body, media_type=STATIC[name], headers=SECURITY_HEADERS)
 
 
-def create_app(store: Any, gate: Gate, signing_key: bytes | None = None) -> ASGIApp:
+def create_app(
+    store: Any, gate: Gate, signing_key: bytes | None = None, policy: Policy | None = None
+) -> ASGIApp:
     """The console over ``store``; who may use it is ``gate``'s to say; its grants are signed
-    with ``signing_key`` when given."""
+    with ``signing_key`` when given; ``policy`` (when given) says how arguments are shown and
+    what each rule says."""
     routes = [
         *_sign_in_routes(gate),
         Route("/static/{name}", static),
-        *inbox.routes(InboxSource(store, signing_key), gate),
-        *effects.routes(store, gate),
+        *inbox.routes(InboxSource(store, signing_key, policy), gate),
+        *effects.routes(store, gate, policy),
         *receipts.routes(store),
         *stats.routes(store),
         *durable.routes(store, gate),

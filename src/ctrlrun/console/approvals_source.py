@@ -9,7 +9,7 @@ console's public key, and the call that spends the grant verifies it (docs/appro
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -17,7 +17,9 @@ from ctrlrun._time import utc_now
 from ctrlrun.canonical import canonical_text
 from ctrlrun.errors import InvalidArgument
 from ctrlrun.kernel.approval import ApprovalRecord, ApprovalStatus
+from ctrlrun.kernel.policy import Policy
 from ctrlrun.kernel.signing import record_message, sign
+from ctrlrun.runtime.request_facts import RequestFacts, request_facts
 from ctrlrun.store.ops.approvals import grants_in_txn
 
 
@@ -40,12 +42,17 @@ class Pending:
     required: int
     decided_by: str | None
     reason: str | None
+    facts: RequestFacts = field(default_factory=RequestFacts)
 
 
 def view(
-    record: ApprovalRecord, reason: str | None = None, granted_by: tuple[str, ...] = ()
+    record: ApprovalRecord,
+    reason: str | None = None,
+    granted_by: tuple[str, ...] = (),
+    facts: RequestFacts | None = None,
 ) -> Pending:
-    """The inbox's view of a stored request (``granted_by``: who has granted it so far)."""
+    """The inbox's view of a stored request (``granted_by``: who has granted it so far;
+    ``facts``: what a person needs beside it, ``request_facts``)."""
     action = record.action
     arguments = action.get("arguments", {})
     return Pending(
@@ -64,23 +71,34 @@ def view(
         required=record.required,
         decided_by=record.approver,
         reason=reason,
+        facts=facts or RequestFacts(),
     )
 
 
 class InboxSource:
     """Pending requests, and the two answers, over one store; grants signed with
-    ``signing_key`` (a PEM Ed25519 private key) when given."""
+    ``signing_key`` (a PEM Ed25519 private key) when given; the rule's text and the
+    arguments' display read from ``policy`` (the file beside the store) when given."""
 
-    def __init__(self, store: Any, signing_key: bytes | None = None) -> None:
+    def __init__(
+        self, store: Any, signing_key: bytes | None = None, policy: Policy | None = None
+    ) -> None:
         self.store = store
         self.signing_key = signing_key
+        self.policy = policy
 
     def pending(self) -> list[Pending]:
-        """Requests still waiting and not expired, newest first, with who granted so far."""
+        """Requests still waiting and not expired, newest first, with who granted so far and
+        what a person needs to decide them."""
         now = utc_now()
         records = self.store.list_approvals(ApprovalStatus.PENDING)
-        live = [view(r, granted_by=self._granted_by(r)) for r in records if not r.is_expired(now)]
+        live = [self._view(r) for r in records if not r.is_expired(now)]
         return sorted(live, key=lambda p: p.requested_at, reverse=True)
+
+    def _view(self, record: ApprovalRecord) -> Pending:
+        granted_by = self._granted_by(record)
+        facts = request_facts(self.store, record, self.policy, len(granted_by))
+        return view(record, granted_by=granted_by, facts=facts)
 
     def _granted_by(self, record: ApprovalRecord) -> tuple[str, ...]:
         if record.required == 1:  # nothing granted yet, or it would not be pending
@@ -88,9 +106,12 @@ class InboxSource:
         grants = self.store.read(lambda txn: grants_in_txn(txn, record.approval_id))
         return tuple(g.approver for g in grants)
 
-    def grant(self, approval_id: str, approver: str, action_hash: str) -> Pending:
-        """Grant ``approval_id`` as ``approver``, only if it still holds the action whose hash
-        the person reviewed (``action_hash``); otherwise nothing is written."""
+    def grant(
+        self, approval_id: str, approver: str, action_hash: str, reason: str | None = None
+    ) -> Pending:
+        """Grant ``approval_id`` as ``approver`` (with ``reason``, when given), only if it
+        still holds the action whose hash the person reviewed (``action_hash``); otherwise
+        nothing is written."""
         held = self.store.get_approval(approval_id)
         if held is not None and held.action_hash != action_hash:
             raise InvalidArgument(
@@ -100,7 +121,7 @@ class InboxSource:
         signature = None
         if held is not None and self.signing_key is not None:
             signature = sign(self.signing_key, record_message(held, approver))
-        granted = self.store.grant_approval(approval_id, approver, signature)
+        granted = self.store.grant_approval(approval_id, approver, signature, reason)
         return view(granted, granted_by=self._granted_by(granted))
 
     def deny(self, approval_id: str, approver: str, reason: str) -> Pending:

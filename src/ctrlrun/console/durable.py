@@ -59,14 +59,17 @@ def routes(store: Any, gate: Gate) -> list[Route]:
         person, form = await gate.checked_form(request)
         plan_id, verb = request.path_params["plan_id"], request.path_params["verb"]
         shown = str(form.get("plan_hash", ""))
+        why = str(form.get("reason", "")).strip() or None  # optional, recorded on the plan
         try:
             if verb == "approve":
                 await run_in_threadpool(
-                    lambda: plans.approve(plan_id, plan_hash=shown, approver=person.name)
+                    lambda: plans.approve(
+                        plan_id, plan_hash=shown, approver=person.name, reason=why
+                    )
                 )
             elif verb == "reject":
                 await run_in_threadpool(
-                    lambda: plans.reject(plan_id, plan_hash=shown, approver=person.name)
+                    lambda: plans.reject(plan_id, plan_hash=shown, approver=person.name, reason=why)
                 )
             else:
                 return page(request, "refused.html", 404, message=f"no such answer {verb}")

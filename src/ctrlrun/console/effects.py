@@ -15,6 +15,8 @@ from ctrlrun.console.auth import Gate
 from ctrlrun.console.render import page
 from ctrlrun.errors import CtrlrunError
 from ctrlrun.kernel.effect import EffectRecord, EffectState
+from ctrlrun.kernel.policy import Policy
+from ctrlrun.runtime.request_facts import effect_facts
 
 CONSEQUENCE = {
     "committed": "the action is recorded as having happened: any retry of it stays refused as a"
@@ -29,8 +31,8 @@ def needs_a_person(record: EffectRecord, now: Any) -> bool:
     return record.state is EffectState.AMBIGUOUS or record.lease_expired(now)
 
 
-def routes(store: Any, gate: Gate) -> list[Route]:
-    """The effects pages over ``store``."""
+def routes(store: Any, gate: Gate, policy: Policy | None = None) -> list[Route]:
+    """The effects pages over ``store`` (arguments shown as ``policy`` says, when given)."""
 
     async def listing(request: Request) -> Response:
         records = await run_in_threadpool(store.list_effects)
@@ -46,20 +48,31 @@ def routes(store: Any, gate: Gate) -> list[Route]:
             return page(request, "refused.html", 404, message=f"no effect {key}")
         events = await run_in_threadpool(store.events)
         history = [e for e in events if e.effect_key == key]
-        return page(request, "effect.html", record=record, history=history, now=utc_now())
+        facts = await run_in_threadpool(effect_facts, store, record, policy)
+        return page(
+            request, "effect.html", record=record, history=history, facts=facts, now=utc_now()
+        )
 
     async def resolve(request: Request) -> Response:
         person, form = await gate.checked_form(request)
         key, outcome = str(form.get("key", "")), str(form.get("outcome", ""))
+        reason = str(form.get("reason", "")).strip() or None
         if outcome not in CONSEQUENCE:
             return page(request, "refused.html", 400, message="outcome is committed or failed")
         if form.get("confirmed") != "yes":
             return page(
-                request, "confirm.html", key=key, outcome=outcome, consequence=CONSEQUENCE[outcome]
+                request,
+                "confirm.html",
+                key=key,
+                outcome=outcome,
+                consequence=CONSEQUENCE[outcome],
+                reason=reason or "",
             )
         target = EffectState(outcome)
         try:
-            await run_in_threadpool(store.resolve_effect, key, target, person.name)
+            await run_in_threadpool(
+                lambda: store.resolve_effect(key, target, person.name, reason=reason)
+            )
         except CtrlrunError as exc:
             return page(request, "refused.html", 409, message=exc.message)
         return RedirectResponse(request.url_for("effect").include_query_params(key=key), 303)

@@ -43,8 +43,9 @@ def routes(source: InboxSource, gate: Gate) -> list[Route]:
         person, form = await gate.checked_form(request)
         approval_id = request.path_params["approval_id"]
         action_hash = str(form.get("action_hash", ""))
+        reason = str(form.get("reason", "")).strip() or None  # optional for a grant
         return await _answer(
-            request, "granted", source.grant, approval_id, person.name, action_hash
+            request, "granted", source.grant, approval_id, person.name, action_hash, reason
         )
 
     async def deny(request: Request) -> Response:
@@ -63,7 +64,7 @@ def routes(source: InboxSource, gate: Gate) -> list[Route]:
     ]
 
 
-async def _answer(request: Request, verb: str, call: Any, *args: str) -> Response:
+async def _answer(request: Request, verb: str, call: Any, *args: str | None) -> Response:
     """Run one answer; a refusal is shown (nothing written), success redirects to the inbox."""
     try:
         answered = await run_in_threadpool(call, *args)

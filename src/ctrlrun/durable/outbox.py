@@ -27,6 +27,7 @@ from ctrlrun.durable.base import (
 )
 from ctrlrun.durable.records import message_from_row
 from ctrlrun.errors import ClaimLost, InvalidArgument
+from ctrlrun.kernel.approval import check_reason
 from ctrlrun.kernel.outbox import (
     Message,
     MessageStatus,
@@ -137,19 +138,28 @@ class Outbox:
 
         return self.store.read(work)
 
-    def resolve(self, message_id: str, status: MessageStatus | str, *, resolver: str) -> Message:
+    def resolve(
+        self,
+        message_id: str,
+        status: MessageStatus | str,
+        *,
+        resolver: str,
+        reason: str | None = None,
+    ) -> Message:
         """A verdict on a parked (AMBIGUOUS) or DEAD message: SENT (it was delivered), FAILED
         (it was not, and must not be), or PENDING (send it again). Any other status is refused
         (``InvalidArgument``) and nothing is written; the write is conditional on the status
-        and attempts read, so a message that moved meanwhile is ``ClaimLost``."""
+        and attempts read, so a message that moved meanwhile is ``ClaimLost``. Who
+        (``resolver``) and why (``reason``) are kept in the message's ``last_error``."""
         target = MessageStatus(status)
         check_name(resolver, "resolver")
+        why = f": {check_reason(reason)}" if reason is not None else ""
 
         def work(txn: Txn) -> Message:
             message = get_message_in_txn(txn, message_id)
             check_resolution(message, message_id, target)
             assert message is not None
-            error = f"resolved {target} by {resolver} (was: {message.last_error})"
+            error = f"resolved {target} by {resolver}{why} (was: {message.last_error})"
             params = stamp(
                 txn,
                 message_id=message_id,

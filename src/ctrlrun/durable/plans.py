@@ -20,7 +20,7 @@ from ctrlrun.canonical import new_id
 from ctrlrun.durable.base import DurableStore, check_name, stamp
 from ctrlrun.durable.records import plan_from_row, step_from_row
 from ctrlrun.errors import PlanReason, PlanRefused
-from ctrlrun.kernel.approval import check_person
+from ctrlrun.kernel.approval import check_person, check_reason
 from ctrlrun.kernel.plan import (
     DEFAULT_PLAN_TTL,
     INTERRUPTED_ERROR,
@@ -83,29 +83,47 @@ class Plans:
         return self.store.transact(work)
 
     def approve(
-        self, plan_id: str, *, plan_hash: str, approver: str, signature: str | None = None
+        self,
+        plan_id: str,
+        *,
+        plan_hash: str,
+        approver: str,
+        signature: str | None = None,
+        reason: str | None = None,
     ) -> PlanRecord:
         """PENDING → APPROVED, bound to ``plan_hash`` (what the person saw), with the
         approver's ``signature`` of ``plan_grant_message`` when the policy names approvers
-        (the runner verifies it). Refused (``PlanRefused``) if the hash differs, the stored
-        steps drifted, it is not pending, or it expired (then it is written EXPIRED first)."""
-        return self._answer(plan_id, plan_hash, approver, PlanStatus.APPROVED, signature)
+        (the runner verifies it) and their ``reason`` (``check_reason``). Refused
+        (``PlanRefused``) if the hash differs, the stored steps drifted, it is not pending, or
+        it expired (then it is written EXPIRED first)."""
+        answer = (approver, check_reason(reason))
+        return self._answer(plan_id, plan_hash, answer, PlanStatus.APPROVED, signature)
 
-    def reject(self, plan_id: str, *, approver: str, plan_hash: str | None = None) -> PlanRecord:
-        """PENDING → REJECTED (terminal). Without ``plan_hash`` it rejects whatever is stored."""
+    def reject(
+        self,
+        plan_id: str,
+        *,
+        approver: str,
+        plan_hash: str | None = None,
+        reason: str | None = None,
+    ) -> PlanRecord:
+        """PENDING → REJECTED (terminal), with the person's ``reason``. Without ``plan_hash``
+        it rejects whatever is stored."""
+        answer = (approver, check_reason(reason))
         if plan_hash is None:
             record = self.get(plan_id)
             plan_hash = record.plan_hash if record is not None else ""
-        return self._answer(plan_id, plan_hash, approver, PlanStatus.REJECTED)
+        return self._answer(plan_id, plan_hash, answer, PlanStatus.REJECTED)
 
     def _answer(
         self,
         plan_id: str,
         presented: str,
-        approver: str,
+        answer: tuple[str, str | None],
         status: PlanStatus,
         signature: str | None = None,
     ) -> PlanRecord:
+        approver, reason = answer
         check_person(approver)
 
         def work(txn: Txn) -> PlanRecord:
@@ -124,6 +142,7 @@ class Plans:
                 plan_hash=presented,
                 approved_hash=presented if status is PlanStatus.APPROVED else None,
                 signature=signature,
+                reason=reason,
             )
             if txn.run("plan_answer", params) != 1:
                 raise PlanRefused(

@@ -61,6 +61,7 @@ def plan_from_row(row: Row, read_ts: ReadTs) -> PlanRecord:
         interruptions=int(row["interruptions"]),
         error=row["error"],
         approval_signature=row["approval_signature"],
+        answer_reason=row["answer_reason"],
     )
 
 

@@ -204,7 +204,9 @@ class ApprovalRequired(Refused):
     for every identical call while it is pending); once granted, the identical call runs
     (no need to present it), or present it with ``with_approval(request_id)``.
     ``action_hash`` is what the request binds, ``expires_at`` when it lapses, ``summary`` a
-    one-line description for a person (name, arguments, principal)."""
+    one-line description for a person (name, arguments, principal), ``action`` the ctrlrun
+    action's name (``stripe.refund``; a framework's tool may be called otherwise), ``rule``
+    what decided it (``rule[1]``, ``decision``) and ``effect_key`` the key it would reserve."""
 
     _model_text = (
         "Waiting for a person to approve this exact call (approval request {request_id})."
@@ -216,6 +218,9 @@ class ApprovalRequired(Refused):
     action_hash: str | None
     expires_at: datetime | None
     summary: str | None
+    action: str | None
+    rule: str | None
+    effect_key: str | None
 
     def __init__(
         self,
@@ -226,6 +231,9 @@ class ApprovalRequired(Refused):
         action_hash: str | None = None,
         expires_at: datetime | None = None,
         summary: str | None = None,
+        action: str | None = None,
+        rule: str | None = None,
+        effect_key: str | None = None,
     ) -> None:
         super().__init__(
             message,
@@ -235,6 +243,9 @@ class ApprovalRequired(Refused):
             action_hash=action_hash,
             expires_at=expires_at,
             summary=summary,
+            action=action,
+            rule=rule,
+            effect_key=effect_key,
         )
 
 

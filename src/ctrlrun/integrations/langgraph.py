@@ -170,10 +170,13 @@ def _braked(state: Any) -> bool:
 
 
 def pause_payload(needed: ctrlrun.ApprovalRequired, request: ToolCallRequest) -> dict[str, Any]:
-    """What the interrupt shows a person: the request and the exact call."""
+    """What the interrupt shows a person: the request and the exact call. ``action`` is the
+    ctrlrun action (``stripe.refund``, what ``ctrlrun approvals`` lists and the policy names);
+    ``tool`` the name the model called it by."""
     return {
         "ctrlrun_request_id": needed.request_id,
-        "action": request.tool_call["name"],
+        "action": needed.action or request.tool_call["name"],
+        "tool": request.tool_call["name"],
         "arguments": request.tool_call["args"],
         "action_hash": needed.action_hash,
         "expires_at": encode_instant(needed.expires_at) if needed.expires_at else None,

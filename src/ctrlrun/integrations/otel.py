@@ -3,7 +3,9 @@
 ``Control(policy, store, tracer=OTelTracer())``. Each call is a span named
 ``execute_tool {action}`` (kind INTERNAL) carrying the GenAI tool attributes
 (``gen_ai.operation.name``, ``gen_ai.tool.name``, ``gen_ai.tool.type``) and ``ctrlrun.*`` ones:
-action id and hash, decision, effect key, attempt, result, receipt id, approver. The span is
+action id and hash, decision, effect key, attempt, result, receipt id, approver (a call that
+waits for a person, which has no receipt yet: decision, rule, effect key and the approval
+request's id, from its ``ApprovalRequired``). The span is
 current from before the decision to after the outcome is recorded, so the provider's own spans
 (an HTTP client's) nest under it. Its status is ERROR only when the result is ``failed`` or
 ``ambiguous``: a refusal is ctrlrun working, not a fault. Arguments are recorded only with
@@ -16,7 +18,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Final
 
-from ctrlrun.errors import MissingDependency, Refused
+from ctrlrun.errors import ApprovalRequired, MissingDependency, Refused
 from ctrlrun.kernel.action import Action
 from ctrlrun.kernel.receipt import Receipt
 
@@ -93,6 +95,8 @@ class _Trace:
         self.owner, self.action_id, self.span, self.token = owner, action_id, span, token
 
     def end(self, error: BaseException | None) -> None:
+        if isinstance(error, ApprovalRequired):  # no receipt yet: the request says it all
+            self._waiting(error)
         if isinstance(error, Refused):
             self.span.set_attribute("ctrlrun.refusal", str(error.reason))
             self.span.set_attribute("error.type", type(error).__name__)
@@ -101,3 +105,16 @@ class _Trace:
         otel_context.detach(self.token)
         self.owner.close(self.action_id)
         self.span.end()
+
+    def _waiting(self, needed: ApprovalRequired) -> None:
+        """A call that waits for a person: the decision, the rule, the effect key and the
+        request a person answers, as a receipt's fields would be."""
+        facts = (
+            ("ctrlrun.decision", "approve"),
+            ("ctrlrun.decision_reason", needed.rule),
+            ("ctrlrun.effect_key", needed.effect_key),
+            ("ctrlrun.approval_id", needed.request_id),
+        )
+        for name, value in facts:
+            if value is not None:
+                self.span.set_attribute(name, value)

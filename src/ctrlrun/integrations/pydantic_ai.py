@@ -94,6 +94,7 @@ class CtrlrunToolset(WrapperToolset[Any]):
 def _metadata(needed: ctrlrun.ApprovalRequired) -> dict[str, Any]:
     return {
         "ctrlrun_request_id": needed.request_id,
+        "action": needed.action,  # the ctrlrun action (stripe.refund), not the tool's name
         "action_hash": needed.action_hash,
         "expires_at": encode_instant(needed.expires_at) if needed.expires_at else None,
         "summary": needed.summary,

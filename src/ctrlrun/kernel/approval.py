@@ -257,8 +257,9 @@ MAX_REASON_CHARS: Final = 2000
 
 
 def check_reason(value: object) -> str | None:
-    """A denial's reason: None, or non-empty text of at most ``MAX_REASON_CHARS`` characters
-    (its line breaks are kept: every surface escapes what it shows)."""
+    """A person's reason for an answer (a grant, a denial, a resolution): None, or non-empty
+    text of at most ``MAX_REASON_CHARS`` characters (its line breaks are kept: every surface
+    escapes what it shows)."""
     if value is None:
         return None
     if not isinstance(value, str) or not value.strip():

@@ -126,6 +126,7 @@ class PlanRecord:
     interruptions: int = 0
     error: str | None = None
     approval_signature: str | None = None  # the approver's, when the policy names approvers
+    answer_reason: str | None = None  # why the person approved or rejected it, in their words
 
     @property
     def terminal(self) -> bool:

@@ -8,6 +8,8 @@ default-allow anywhere. Only the action's name and arguments are read, never the
 
 This module imports no parser: YAML is read by ``ctrlrun.config`` (``load_policy_text``,
 ``load_policy_file``), which validates the parsed document with ``Policy.from_document``.
+``Policy.from_yaml``/``from_file`` reach it through the reader ``ctrlrun.loading`` installs
+(``install_reader``) when ``ctrlrun`` is imported: the kernel names no module above it.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from os import PathLike
 from types import MappingProxyType
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 from ctrlrun.canonical import digest
 from ctrlrun.errors import DenyReason, InvalidArgument
@@ -52,6 +55,33 @@ __all__ = [
 
 
 _T = TypeVar("_T")
+
+
+class PolicyReader(Protocol):
+    """Reads YAML into a ``Policy`` (``ctrlrun.loading`` installs the one ``ctrlrun.config``
+    provides)."""
+
+    def text(self, text: str, source: str | None) -> Policy:
+        """The policy in YAML ``text``; ``source`` names it in errors."""
+        ...
+
+    def file(self, path: str | PathLike[str]) -> Policy:
+        """The policy in the file at ``path``."""
+        ...
+
+
+_READERS: list[PolicyReader] = []
+
+
+def install_reader(reader: PolicyReader) -> None:
+    """Make ``reader`` the one ``Policy.from_yaml``/``from_file`` delegate to."""
+    _READERS[:] = [reader]
+
+
+def _reader() -> PolicyReader:
+    if not _READERS:  # only if ctrlrun.loading was never imported, which `import ctrlrun` does
+        raise InvalidArgument("no policy reader is installed: import ctrlrun first")
+    return _READERS[0]
 
 
 class Reason(StrEnum):
@@ -346,6 +376,18 @@ class Policy:
             )
         except InvalidArgument as error:  # text with no canonical form (a lone surrogate)
             raise policy_error(error.message, source=source) from error
+
+    @classmethod
+    def from_yaml(cls, text: str, *, source: str | None = None) -> Policy:
+        """The policy in YAML ``text`` (``ctrlrun.config.load_policy_text``); ``source`` names
+        it in errors. Raises ``PolicyError`` naming the key path and line, and nothing else."""
+        return _reader().text(text, source)
+
+    @classmethod
+    def from_file(cls, path: str | PathLike[str]) -> Policy:
+        """The policy in the YAML file at ``path`` (``ctrlrun.config.load_policy_file``).
+        Raises ``PolicyError`` (with ``path``) and nothing else."""
+        return _reader().file(path)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Policy) and other._hash == self._hash

@@ -16,6 +16,7 @@ from ctrlrun.errors import InvalidArgument, PolicyError
 from ctrlrun.kernel.action import check_action_name
 from ctrlrun.kernel.approval import check_person
 from ctrlrun.kernel.approval_rules import APPROVAL_KEYS, DEFAULT_RULES, ApprovalRules
+from ctrlrun.kernel.argument_display import DISPLAY_KEYS, Money
 from ctrlrun.kernel.identity import identity_key
 from ctrlrun.kernel.notify import NotifyTarget, parse_targets
 from ctrlrun.kernel.policy_model import (
@@ -65,9 +66,10 @@ _ENTRY_KEYS: Final = (
     "description",
     "controls",
     "approval",
+    "display",
     "mode",
 )
-_RULE_KEYS: Final = ("when", "decision", "controls")
+_RULE_KEYS: Final = ("when", "decision", "controls", "approval")
 _CONTROL_KEYS: Final = ("title", "source")
 _DECISIONS: Final = frozenset(decision.value for decision in Decision)
 _DECISION_LIST: Final = ", ".join(decision.value for decision in Decision)
@@ -232,7 +234,7 @@ def _entry(reader: _Reader, name: str, body: object, defaults: ApprovalRules) ->
         where = (*path, "rules") if "rules" in entry else path
         reader.fail(where, "give exactly one of 'decision' and 'rules'")
     decision = _decision(reader, entry["decision"], path) if "decision" in entry else None
-    rules = _rules(reader, entry["rules"], (*path, "rules")) if "rules" in entry else ()
+    rules = _rules(reader, entry["rules"], (*path, "rules"), defaults) if "rules" in entry else ()
     description = entry.get("description")
     if "description" in entry and not isinstance(description, str):
         reader.fail((*path, "description"), f"must be a string, got {json_type(description)}")
@@ -250,8 +252,23 @@ def _entry(reader: _Reader, name: str, body: object, defaults: ApprovalRules) ->
         description=description,
         controls=_cited_ids(reader, entry, path),
         approval=_approval(reader, entry.get("approval", {}), (*path, "approval"), defaults),
+        display=_display(reader, entry.get("display", {}), (*path, "display")),
         mode=_mode(reader, entry, path),
     )
+
+
+def _display(reader: _Reader, value: object, path: KeyPath) -> tuple[tuple[str, Money], ...]:
+    """``display:``: argument name → ``{money: EUR, minor: 2}`` (closed keys, ``money``
+    required)."""
+    shown = reader.any_mapping(value, path, "a mapping of argument names")
+    out = []
+    for argument, body in shown.items():
+        here = (*path, argument)
+        fields = reader.mapping(body, here, DISPLAY_KEYS, ("money",))
+        money = fields["money"]
+        minor = fields.get("minor", 2)
+        out.append((argument, reader.checked(here, Money, money, minor)))
+    return tuple(out)
 
 
 def _mode(reader: _Reader, entry: Mapping[str, Any], path: KeyPath) -> Mode | None:
@@ -284,12 +301,14 @@ def _template(
     return template
 
 
-def _rules(reader: _Reader, value: object, path: KeyPath) -> tuple[Rule, ...]:
+def _rules(
+    reader: _Reader, value: object, path: KeyPath, defaults: ApprovalRules
+) -> tuple[Rule, ...]:
     if not isinstance(value, list | tuple):
         reader.fail(path, f"must be a list of rules, got {json_type(value)}")
     if not value:
         reader.fail(path, "must list at least one rule; to refuse every call write decision: deny")
-    rules = tuple(_rule(reader, item, (*path, index)) for index, item in enumerate(value))
+    rules = tuple(_rule(reader, item, (*path, index), defaults) for index, item in enumerate(value))
     unreachable = first_unreachable(rules)
     if unreachable is not None:
         reader.fail(
@@ -299,12 +318,17 @@ def _rules(reader: _Reader, value: object, path: KeyPath) -> tuple[Rule, ...]:
     return rules
 
 
-def _rule(reader: _Reader, value: object, path: KeyPath) -> Rule:
+def _rule(reader: _Reader, value: object, path: KeyPath, defaults: ApprovalRules) -> Rule:
     rule = reader.mapping(value, path, _RULE_KEYS, ("decision",))
     decision = _decision(reader, rule["decision"], path)
     controls = _cited_ids(reader, rule, path)
+    approval = None
+    if "approval" in rule:  # over the policy's `approvals:`, in place of the action's
+        if decision is not Decision.APPROVE:
+            reader.fail((*path, "approval"), f"only a rule that decides approve, not {decision}")
+        approval = _approval(reader, rule["approval"], (*path, "approval"), defaults)
     if "when" not in rule:
-        return Rule((), decision, controls)
+        return Rule((), decision, controls, approval)
     when_path = (*path, "when")
     when = reader.any_mapping(rule["when"], when_path, "a mapping of conditions")
     if not when:
@@ -312,4 +336,4 @@ def _rule(reader: _Reader, value: object, path: KeyPath) -> Rule:
     conditions = tuple(
         reader.checked((*when_path, key), Condition.parse, key, item) for key, item in when.items()
     )
-    return reader.checked(path, Rule, conditions, decision, controls)
+    return reader.checked(path, Rule, conditions, decision, controls, approval)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import operator
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
@@ -17,7 +17,8 @@ from typing import Any, Final
 from ctrlrun.canonical import canonical_text
 from ctrlrun.errors import InvalidArgument
 from ctrlrun.kernel.action import check_action_name
-from ctrlrun.kernel.approval_rules import DEFAULT_RULES, ApprovalRules
+from ctrlrun.kernel.approval_rules import DEFAULT_RULES, ApprovalRules, render_duration
+from ctrlrun.kernel.argument_display import Money, shown_value
 from ctrlrun.kernel.template import RESOURCE, Template
 
 POLICY_SCHEMA: Final = "ctrlrun.policy/v1"
@@ -247,10 +248,15 @@ class Rule:
     when: tuple[Condition, ...]
     decision: Decision
     controls: tuple[str, ...] = ()
+    approval: ApprovalRules | None = None  # this rule's approval, in place of the action's
 
     def __post_init__(self) -> None:
         if not isinstance(self.decision, Decision):
             raise InvalidArgument(f"decision must be a Decision, got {self.decision!r}")
+        if self.approval is not None and (
+            not isinstance(self.approval, ApprovalRules) or self.decision is not Decision.APPROVE
+        ):
+            raise InvalidArgument("only a rule that decides approve takes ApprovalRules")
         object.__setattr__(self, "controls", check_control_ids(self.controls))
         if not isinstance(self.when, tuple) or not all(
             isinstance(item, Condition) for item in self.when
@@ -270,7 +276,31 @@ class Rule:
             out["when"] = {condition.key: condition.to_value() for condition in self.when}
         if self.controls:
             out["controls"] = list(self.controls)
+        if self.approval is not None:
+            out["approval"] = self.approval.to_document()
         return out
+
+
+def describe_rule(
+    rule: Rule, displays: Mapping[str, Money] | None = None, approval: ApprovalRules | None = None
+) -> str:
+    """The rule as a person reads it: ``when amount_lte €10,000.00 (1000000): approve (2
+    approvers, 2h)``; a money argument (``displays``) is shown as ``format_money`` writes it."""
+    tests = []
+    for condition in rule.when:
+        money = (displays or {}).get(condition.argument)
+        value = condition.to_value()
+        text = shown_value(value, money) if money is not None else None
+        tests.append(f"{condition.key} {text or canonical_text(value)}")
+    said = f"when {', '.join(tests)}: " if tests else "always: "
+    said += str(rule.decision)
+    rules = approval if approval is not None else rule.approval
+    if rule.decision is Decision.APPROVE and rules is not None:
+        people = "approver" if rules.count == 1 else "approvers"
+        said += f" ({rules.count} {people}" + (
+            f", {render_duration(rules.ttl)})" if rules.ttl else ")"
+        )
+    return said
 
 
 def first_unreachable(rules: tuple[Rule, ...]) -> int | None:
@@ -323,12 +353,15 @@ class ActionPolicy:
     description: str | None = None
     controls: tuple[str, ...] = ()
     approval: ApprovalRules = DEFAULT_RULES
+    display: tuple[tuple[str, Money], ...] = ()  # how arguments are shown: not hashed
     mode: Mode | None = None
 
     def __post_init__(self) -> None:
         check_action_name(self.name)
         if self.mode is not None:
             object.__setattr__(self, "mode", check_mode(self.mode))
+        if not all(isinstance(m, Money) for _, m in self.display):
+            raise InvalidArgument("display must pair argument names with Money")
         if not isinstance(self.approval, ApprovalRules):
             raise InvalidArgument(f"approval must be ApprovalRules, got {self.approval!r}")
         object.__setattr__(self, "controls", check_control_ids(self.controls))
@@ -377,6 +410,20 @@ class ActionPolicy:
         if self.mode is not None:
             out["mode"] = self.mode.value
         return out
+
+    def approval_for(self, rule: int | None) -> ApprovalRules:
+        """How a call decided by rule ``rule`` (None: by the entry) must be approved: that
+        rule's ``approval`` when it has one, else the entry's."""
+        if rule is not None and 0 <= rule < len(self.rules):
+            own = self.rules[rule].approval
+            if own is not None:
+                return own
+        return self.approval
+
+    @property
+    def displays(self) -> dict[str, Money]:
+        """``display`` as a mapping: argument name → how it is shown."""
+        return dict(self.display)
 
 
 CONTROL_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}")

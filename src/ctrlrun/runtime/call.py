@@ -23,6 +23,7 @@ from ctrlrun.errors import (
 )
 from ctrlrun.kernel.action import Action
 from ctrlrun.kernel.approval import ApprovalRecord
+from ctrlrun.kernel.approval_rules import DEFAULT_RULES, ApprovalRules
 from ctrlrun.kernel.effect import EffectState
 from ctrlrun.kernel.event import EventDraft, EventType
 from ctrlrun.kernel.notify import Notice, NotifyKind, notices
@@ -60,6 +61,7 @@ class InFlight:
     started_at: datetime
     pre: tuple[EventDraft, ...]
     policy: Policy  # the one policy that decides this call
+    approval: ApprovalRules = DEFAULT_RULES  # its rule's, else its action's
     observed: Observation | None = None  # mode: observe: what enforcement would have done
 
 
@@ -278,6 +280,9 @@ def approval_required(call: InFlight, record: ApprovalRecord) -> ApprovalRequire
         action_hash=record.action_hash,
         expires_at=record.expires_at,
         summary=summarize(call.action),
+        action=call.action.name,
+        rule=call.verdict.reason,
+        effect_key=call.effect_key,
     )
 
 

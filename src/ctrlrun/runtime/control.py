@@ -34,6 +34,7 @@ from ctrlrun.errors import (
     InvalidArgument,
     MismatchReason,
     NotExecuted,
+    PolicyError,
     ProtectionMismatch,
     Refused,
     StoreError,
@@ -139,9 +140,11 @@ class Control:
         exist (``ctrlrun init`` creates it) unless ``create=True``: a missing or empty one is
         ``StoreNotFound``, never silently recreated."""
         from ctrlrun.config import load_policy_file  # YAML loads with the first policy file
-        from ctrlrun.runtime.locate import open_default_store, policy_path
+        from ctrlrun.runtime.locate import missing_policy_text, open_default_store, policy_path
 
         found = policy_path(path)
+        if not found.exists() and not found.is_symlink():
+            raise PolicyError(missing_policy_text(found), path=str(found))
         policy = load_policy_file(found)
         store = kwargs.pop("store", None) or open_default_store(found, create=create)
         control = cls(policy, store, **kwargs)
@@ -317,7 +320,8 @@ class Control:
             str(evaluation.decision), evaluation.label, policy.policy_hash, evaluation.controls
         )
         pre = (proposed(action), evaluated(action, verdict, key))
-        call = InFlight(action, verdict, key, started_at, pre, policy)
+        rules = entry.approval_for(evaluation.rule) if entry is not None else DEFAULT_RULES
+        call = InFlight(action, verdict, key, started_at, pre, policy, rules)
         if evaluation.decision is Decision.DENY:
             denied = ActionDenied(
                 f"{action.name}: denied ({evaluation.label})",
@@ -378,7 +382,7 @@ class Control:
                 approver_reason=why,
             )
             self._refuse(call, denied, ReceiptResult.DENIED, denied_event(call, denied))
-        self._request_approval(call, entry.approval if entry is not None else DEFAULT_RULES)
+        self._request_approval(call, call.approval)
 
     def _refuse_before_asking(self, call: InFlight, spec: CallSpec) -> None:
         """Nobody is asked about a key that committed, is in progress or is AMBIGUOUS: the
@@ -412,9 +416,10 @@ class Control:
             raise refusal
         verdict = Verdict("approve", evaluation.label, policy.policy_hash, evaluation.controls)
         pre = (proposed(action), evaluated(action, verdict, None))
-        call = InFlight(action, verdict, None, self._clock(), pre, policy)
         entry = policy.entry(action.name)
-        return self._ask(call, entry.approval if entry is not None else DEFAULT_RULES)
+        rules = entry.approval_for(evaluation.rule) if entry is not None else DEFAULT_RULES
+        call = InFlight(action, verdict, None, self._clock(), pre, policy, rules)
+        return self._ask(call, call.approval)
 
     def _request_approval(self, call: InFlight, rules: ApprovalRules) -> NoReturn:
         raise approval_required(call, self._ask(call, rules))
@@ -442,7 +447,7 @@ class Control:
     def _start(
         self, call: InFlight, approval_id: str | None, entry: ActionPolicy | None, spec: CallSpec
     ) -> Started:
-        rules = entry.approval if entry is not None else DEFAULT_RULES
+        rules = call.approval
         excluded = requesters(call.action.to_dict()) if rules.distinct_from_requester else ()
         request = StartRequest(
             action_id=call.action.action_id,

@@ -26,6 +26,22 @@ def policy_path(path: str | os.PathLike[str] | None = None) -> Path:
     return Path(POLICY_FILE)
 
 
+def missing_policy_text(path: Path) -> str:
+    """Why there is no policy at ``path``, naming where it was looked for and how to point
+    ctrlrun at another file (``$CTRLRUN_CONFIG``)."""
+    where = path.absolute()
+    if os.environ.get("CTRLRUN_CONFIG") is not None:
+        return (
+            f"no policy file at {where} (the path CTRLRUN_CONFIG names): point CTRLRUN_CONFIG"
+            " at your policy, or run `ctrlrun init` to write one there"
+        )
+    return (
+        f"no policy file at {where}: looked for {POLICY_FILE} in {where.parent} (the working"
+        " directory); run from the directory that holds it, set CTRLRUN_CONFIG to its path,"
+        " or run `ctrlrun init`"
+    )
+
+
 def default_store_path(policy: Path) -> Path:
     """``.ctrlrun/state.db`` beside the policy file."""
     return policy.absolute().parent / STATE_DIR / STATE_FILE

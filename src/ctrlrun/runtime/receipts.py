@@ -78,8 +78,23 @@ def receipt_draft(
     return ReceiptDraft(fields, texts)
 
 
+CANCELLATIONS: Final = frozenset(
+    {
+        ("asyncio.exceptions", "CancelledError"),
+        ("concurrent.futures._base", "CancelledError"),
+        ("trio", "Cancelled"),
+    }
+)
+"""Cancellation exceptions, by module and name (``import ctrlrun`` imports no event loop)."""
+CANCELLED_NOTE: Final = "the caller was cancelled (a timeout, a shutdown or a task cancel)"
+
+
 def describe(exc: BaseException) -> str:
-    """``Type: message`` for evidence; never raises."""
+    """``Type: message`` for evidence; never raises. A cancellation's message is the event
+    loop's own (``Cancelled via cancel scope 7f…``): it is written as what happened instead,
+    for the person who reads the note."""
+    if (type(exc).__module__, type(exc).__name__) in CANCELLATIONS:
+        return f"{evidence_name(exc)}: {CANCELLED_NOTE}"
     try:
         text = str(exc)
     except Exception:  # a broken __str__ must not cost the evidence

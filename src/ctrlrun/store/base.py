@@ -107,9 +107,11 @@ class SQLStore:
         by: str = "human",
         attempt: int | None = None,
         events: tuple[EventDraft, ...] = (),
+        reason: str | None = None,
     ) -> EffectRecord:
         """See ``StateStore.resolve_effect``."""
         target = EffectState(state)
+        why = check_reason(reason)
         return self._write(
             lambda txn: resolve_effect_in_txn(
                 txn,
@@ -119,6 +121,7 @@ class SQLStore:
                 by=by,
                 attempt=attempt,
                 events=events,
+                reason=why,
             ),
             "resolve_effect",
         )
@@ -135,10 +138,15 @@ class SQLStore:
         return self._write(work, "put_approval_request")
 
     def grant_approval(
-        self, approval_id: str, approver: str, signature: str | None = None
+        self,
+        approval_id: str,
+        approver: str,
+        signature: str | None = None,
+        reason: str | None = None,
     ) -> ApprovalRecord:
         """See ``StateStore.grant_approval``."""
-        return self._answer(approval_id, approver, grant=True, signature=signature)
+        why = check_reason(reason)
+        return self._answer(approval_id, approver, grant=True, signature=signature, reason=why)
 
     def deny_approval(
         self, approval_id: str, approver: str, reason: str | None = None

@@ -158,12 +158,14 @@ class StateStore(Protocol):
         by: str = "human",
         attempt: int | None = None,
         events: tuple[EventDraft, ...] = (),
+        reason: str | None = None,
     ) -> EffectRecord:
         """A verdict on an AMBIGUOUS record: COMMITTED or FAILED. ``by`` is ``human`` or
         ``reconcile``; ``resolver`` (who) is kept on the record. With ``attempt``, the verdict
         applies only while the record is still that attempt (else ``InvalidArgument``).
         ``events`` are appended before ``EFFECT_RESOLVED``, in the same transaction; a refused
-        resolution writes none of them."""
+        resolution writes none of them. ``reason`` (why, in the person's words;
+        ``check_reason``) is recorded on the ``EFFECT_RESOLVED`` event."""
         ...
 
     def get_effect(self, effect_key: str) -> EffectRecord | None:
@@ -184,11 +186,16 @@ class StateStore(Protocol):
         ...
 
     def grant_approval(
-        self, approval_id: str, approver: str, signature: str | None = None
+        self,
+        approval_id: str,
+        approver: str,
+        signature: str | None = None,
+        reason: str | None = None,
     ) -> ApprovalRecord:
         """One more grant by ``approver`` (with its ``signature``, when approvers sign):
         GRANTED once the request has the distinct approvers it needs; refusals per
-        ``plan_answer`` and ``plan_grant``."""
+        ``plan_answer`` and ``plan_grant``. ``reason`` (``check_reason``) is recorded on the
+        ``APPROVAL_GRANTED`` event."""
         ...
 
     def deny_approval(

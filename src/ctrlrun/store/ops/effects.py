@@ -285,13 +285,15 @@ def resolve_effect_in_txn(
     by: str,
     attempt: int | None = None,
     events: Iterable[EventDraft] = (),
+    reason: str | None = None,
 ) -> EffectRecord:
     """Move an AMBIGUOUS record to ``target`` on a human's or a hook's word.
 
     ``by`` is ``"human"`` or ``"reconcile"``; ``resolver`` is who, and is kept on the record.
     With ``attempt``, only that attempt is settled (``InvalidArgument`` if the record is another
     one); the conditional UPDATE keeps that check atomic with the move. ``events`` (the
-    reconciliation's, say) are appended before ``EFFECT_RESOLVED``.
+    reconciliation's, say) are appended before ``EFFECT_RESOLVED``, which carries ``reason``
+    when a person gave one.
     """
     record = get_effect_in_txn(txn, effect_key)
     refusal = plan_resolution(record, effect_key=effect_key, target=target, attempt=attempt)
@@ -314,7 +316,8 @@ def resolve_effect_in_txn(
                     "state": str(target),
                     "resolver": resolver,
                     "resolved_by": by,
-                },
+                }
+                | ({"reason": reason} if reason is not None else {}),
             ),
         ],
     )

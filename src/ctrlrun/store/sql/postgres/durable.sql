@@ -98,7 +98,7 @@ ORDER BY created_at, plan_id;
 UPDATE {schema}.plans
 SET status = %(status)s::text, approver = %(approver)s, answered_at = now(),
     approved_hash = %(approved_hash)s,
-    approval_signature = %(signature)s::text
+    approval_signature = %(signature)s::text, answer_reason = %(reason)s::text
 WHERE plan_id = %(plan_id)s AND status = 'pending' AND plan_hash = %(plan_hash)s
   AND expires_at >= now();
 

@@ -547,6 +547,7 @@ CREATE TABLE {schema}.plans (
     interruptions integer DEFAULT 0 NOT NULL,
     error text,
     approval_signature text,
+    answer_reason text,
     CONSTRAINT plans_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'approved'::text, 'executing'::text, 'executed'::text, 'failed'::text, 'expired'::text, 'rejected'::text])))
 );
 

@@ -78,7 +78,7 @@ ORDER BY created_at, plan_id;
 -- name: plan_answer
 UPDATE plans
 SET status = :status, approver = :approver, answered_at = :now, approved_hash = :approved_hash,
-    approval_signature = :signature
+    approval_signature = :signature, answer_reason = :reason
 WHERE plan_id = :plan_id AND status = 'pending' AND plan_hash = :plan_hash
   AND expires_at >= :now;
 

@@ -159,7 +159,7 @@ CREATE TABLE plans (
     next_step            INTEGER NOT NULL DEFAULT 0,
     interruptions        INTEGER NOT NULL DEFAULT 0,
     error                TEXT
-, approval_signature TEXT);
+, approval_signature TEXT, answer_reason TEXT);
 
 CREATE TABLE receipt_anchor (
     partition_id INTEGER PRIMARY KEY CHECK (partition_id >= 0),

@@ -17,7 +17,9 @@ from ctrlrun._time import utc_now
 from ctrlrun.canonical import canonical_text
 from ctrlrun.errors import InvalidArgument
 from ctrlrun.kernel.approval import ApprovalRecord, ApprovalStatus
-from ctrlrun.kernel.signing import record_message, sign
+from ctrlrun.kernel.request_check import recomputed_hash
+from ctrlrun.kernel.signing import answer_message, sign
+from ctrlrun.runtime.answering import refuse_if_tampered, split_tampered
 from ctrlrun.store.ops.approvals import grants_in_txn
 
 
@@ -40,6 +42,17 @@ class Pending:
     required: int
     decided_by: str | None
     reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Tampered:
+    """A request whose stored action does not hash to the action it binds: only its id, the
+    hash it binds and what its stored action hashes to (None: it does not rebuild)."""
+
+    id: str
+    action_hash: str
+    recomputed_hash: str | None
+    requested_at: datetime
 
 
 def view(
@@ -76,11 +89,29 @@ class InboxSource:
         self.signing_key = signing_key
 
     def pending(self) -> list[Pending]:
-        """Requests still waiting and not expired, newest first, with who granted so far."""
+        """Intact requests still waiting and not expired, newest first, with who granted so
+        far. A request whose stored action does not hash to the action it binds is left out
+        (``tampered``) and recorded as an event."""
+        return self.listing()[0]
+
+    def tampered(self) -> list[Tampered]:
+        """Waiting requests whose stored action does not hash to the action they bind: shown
+        as tampering, never as a request, with no way to answer them."""
+        return self.listing()[1]
+
+    def listing(self) -> tuple[list[Pending], list[Tampered]]:
+        """``(pending, tampered)`` from one read of the waiting requests."""
         now = utc_now()
-        records = self.store.list_approvals(ApprovalStatus.PENDING)
-        live = [view(r, granted_by=self._granted_by(r)) for r in records if not r.is_expired(now)]
-        return sorted(live, key=lambda p: p.requested_at, reverse=True)
+        records = [
+            r for r in self.store.list_approvals(ApprovalStatus.PENDING) if not r.is_expired(now)
+        ]
+        intact, tampered = split_tampered(self.store, records)
+        live = [view(r, granted_by=self._granted_by(r)) for r in intact]
+        shown = [
+            Tampered(r.approval_id, r.action_hash, recomputed_hash(r.action), r.created_at)
+            for r in tampered
+        ]
+        return sorted(live, key=lambda p: p.requested_at, reverse=True), shown
 
     def _granted_by(self, record: ApprovalRecord) -> tuple[str, ...]:
         if record.required == 1:  # nothing granted yet, or it would not be pending
@@ -90,19 +121,29 @@ class InboxSource:
 
     def grant(self, approval_id: str, approver: str, action_hash: str) -> Pending:
         """Grant ``approval_id`` as ``approver``, only if it still holds the action whose hash
-        the person reviewed (``action_hash``); otherwise nothing is written."""
+        the person reviewed (``action_hash``) and that action still hashes to it; otherwise
+        nothing is written (tampering is recorded as an event). Signed over the recomputed
+        hash with the console's key, when it has one."""
         held = self.store.get_approval(approval_id)
+        refuse_if_tampered(self.store, held)
         if held is not None and held.action_hash != action_hash:
             raise InvalidArgument(
                 f"approval {approval_id} is for action {held.action_hash}, not the one you"
                 " reviewed; nothing granted"
             )
-        signature = None
-        if held is not None and self.signing_key is not None:
-            signature = sign(self.signing_key, record_message(held, approver))
+        signature = self._sign(held, approver, grant=True)
         granted = self.store.grant_approval(approval_id, approver, signature)
         return view(granted, granted_by=self._granted_by(granted))
 
     def deny(self, approval_id: str, approver: str, reason: str) -> Pending:
-        """Deny ``approval_id`` as ``approver`` with ``reason``."""
-        return view(self.store.deny_approval(approval_id, approver, reason), reason)
+        """Deny ``approval_id`` as ``approver`` with ``reason``; refused if it was tampered
+        with; signed with the console's key, when it has one."""
+        held = self.store.get_approval(approval_id)
+        refuse_if_tampered(self.store, held)
+        signature = self._sign(held, approver, grant=False)
+        return view(self.store.deny_approval(approval_id, approver, reason, signature), reason)
+
+    def _sign(self, record: ApprovalRecord | None, approver: str, *, grant: bool) -> str | None:
+        if record is None or self.signing_key is None:
+            return None
+        return sign(self.signing_key, answer_message(record, approver, grant=grant))

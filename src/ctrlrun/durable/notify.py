@@ -22,7 +22,7 @@ from typing import Any, Final
 from ctrlrun.durable.base import DurableStore
 from ctrlrun.durable.dispatcher import Delivery, Dispatcher
 from ctrlrun.errors import MissingDependency, NotExecuted, Undeliverable
-from ctrlrun.kernel.notify import TOPIC, BodyFormat, slack_body
+from ctrlrun.kernel.notify import TOPIC, BodyFormat, checked_event, slack_body
 from ctrlrun.kernel.outbox import Message
 
 RETRYABLE: Final = frozenset({408, 409, 425, 429})
@@ -52,7 +52,8 @@ class WebhookPoster:
 
     def __call__(self, message: Message) -> None:
         target, event = message.payload["target"], message.payload["event"]
-        body = event if target["format"] == BodyFormat.STANDARD else slack_body(event)
+        standard = target["format"] == BodyFormat.STANDARD
+        body = checked_event(event) if standard else slack_body(event)
         data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
         headers = signed_headers(_secret(target), message.token, self.now(), data)
         request = urllib.request.Request(target["url"], data=data, method="POST")  # noqa: S310 - http(s) only: NotifyTarget checks the scheme

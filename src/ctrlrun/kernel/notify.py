@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 from ctrlrun._time import encode_instant
 from ctrlrun.errors import InvalidArgument
+from ctrlrun.kernel.action import recomputed_hash
 
 TOPIC: Final = "ctrlrun.approval.requested"
 EVENT_TYPE: Final = "approval.requested"
@@ -90,6 +91,33 @@ def parse_targets(value: object) -> tuple[NotifyTarget, ...]:
     return tuple(targets)
 
 
+_ACTION_KEYS: Final = ("name", "arguments", "principal", "resource", "environment")
+TAMPERED_TYPE: Final = "approval.tampered"
+
+
+def checked_event(event: dict[str, Any]) -> dict[str, Any]:
+    """``event`` if its action still hashes to the ``action_hash`` it names; otherwise a
+    ``approval.tampered`` event that shows no action (what it would show is not what a grant
+    binds), only the request, both hashes and a warning for a person."""
+    data = event.get("data") or {}
+    found = recomputed_hash(data.get("action") or {})
+    if found is not None and found == data.get("action_hash"):
+        return event
+    return {
+        "type": TAMPERED_TYPE,
+        "timestamp": event.get("timestamp"),
+        "data": {
+            "approval_id": data.get("approval_id"),
+            "action_hash": data.get("action_hash"),
+            "recomputed_hash": found,
+            "summary": (
+                "TAMPERED: this notification's action does not hash to the action the request"
+                " binds; do not approve it"
+            ),
+        },
+    }
+
+
 def approval_event(
     *,
     approval_id: str,
@@ -107,7 +135,7 @@ def approval_event(
         "timestamp": encode_instant(created_at),
         "data": {
             "approval_id": approval_id,
-            "action": {k: action.get(k) for k in ("name", "arguments", "principal", "resource")},
+            "action": {k: action.get(k) for k in _ACTION_KEYS},
             "action_hash": action_hash,
             "policy_hash": policy_hash,
             "expires_at": encode_instant(expires_at),
@@ -119,9 +147,14 @@ def approval_event(
 def slack_body(event: dict[str, Any]) -> dict[str, str]:
     """A Slack-compatible body for ``event``: one ``text`` a channel shows as it is (Slack
     renders ``<``, ``>`` and ``&`` as markup, so they are escaped)."""
-    data = event["data"]
-    text = (
-        f"Approval needed ({data['approval_id']}, expires {data['expires_at']}): {data['summary']}"
-    )
+    checked = checked_event(event)
+    data = checked["data"]
+    if checked is not event:
+        text = f"TAMPERED approval request ({data['approval_id']}): {data['summary']}"
+    else:
+        text = (
+            f"Approval needed ({data['approval_id']}, expires {data['expires_at']}):"
+            f" {data['summary']}"
+        )
     escaped = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return {"text": escaped}

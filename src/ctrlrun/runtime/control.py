@@ -52,8 +52,10 @@ from ctrlrun.kernel.event import EventDraft
 from ctrlrun.kernel.policy import ActionPolicy, Decision, Policy
 from ctrlrun.kernel.protection import FindingKind, plan_protection
 from ctrlrun.kernel.receipt import Receipt, ReceiptResult
+from ctrlrun.kernel.request_check import tampering
 from ctrlrun.kernel.template import Template
 from ctrlrun.kernel.text import check_label
+from ctrlrun.runtime.answering import tampered_event
 from ctrlrun.runtime.approvals import Approvals
 from ctrlrun.runtime.assess import Assessment, assess
 from ctrlrun.runtime.call import (
@@ -406,6 +408,11 @@ class Control:
         record = self.store.put_approval_request(draft, call.pre)
         if record.approval_id == draft.approval_id:  # a new request, not the pending one
             emit_approval(self._sinks, "requested", record)
+            return record
+        tampered = tampering(record)  # the waiting one, as stored: is it still this action?
+        if tampered is not None:  # its events went with the request's transaction
+            event = replace(tampered_event(record), action_id=call.action.action_id)
+            self._refuse(replace(call, pre=()), tampered, ReceiptResult.BLOCKED, event)
         return record
 
     # --- reserve --------------------------------------------------------------------------

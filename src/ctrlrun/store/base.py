@@ -139,10 +139,16 @@ class SQLStore:
         return self._answer(approval_id, approver, grant=True, signature=signature)
 
     def deny_approval(
-        self, approval_id: str, approver: str, reason: str | None = None
+        self,
+        approval_id: str,
+        approver: str,
+        reason: str | None = None,
+        signature: str | None = None,
     ) -> ApprovalRecord:
         """See ``StateStore.deny_approval``."""
-        return self._answer(approval_id, approver, grant=False, reason=check_reason(reason))
+        return self._answer(
+            approval_id, approver, grant=False, reason=check_reason(reason), signature=signature
+        )
 
     def _answer(
         self,

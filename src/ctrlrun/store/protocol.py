@@ -189,10 +189,15 @@ class StateStore(Protocol):
         ...
 
     def deny_approval(
-        self, approval_id: str, approver: str, reason: str | None = None
+        self,
+        approval_id: str,
+        approver: str,
+        reason: str | None = None,
+        signature: str | None = None,
     ) -> ApprovalRecord:
         """PENDING → DENIED; refusals per ``plan_answer``. ``reason`` (why, in the person's
-        words; ``check_reason``) is recorded on the ``APPROVAL_DENIED`` event."""
+        words; ``check_reason``) and ``signature`` (when approvers sign, a denial too) are
+        recorded on the ``APPROVAL_DENIED`` event."""
         ...
 
     def get_approval(self, approval_id: str) -> ApprovalRecord | None:

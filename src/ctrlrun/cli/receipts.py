@@ -16,11 +16,11 @@ from ctrlrun.cli.common import (
     table,
     who,
 )
-from ctrlrun.kernel.receipt import ChainReport, Receipt, verify_chain
+from ctrlrun.kernel.policy import Policy
+from ctrlrun.kernel.receipt import ChainReport, Receipt
 from ctrlrun.store.protocol import StateStore
 
 HEADER: Final = ("SEQ", "FINISHED", "RESULT", "ACTION", "EFFECT KEY", "AGENT", "ACTION ID", "WHY")
-_SNAPSHOT_TRIES: Final = 5
 
 
 def read_document(receipt: Receipt) -> dict[str, Any] | str:
@@ -135,19 +135,19 @@ def receipts(
 
 
 def chain_snapshot(store: StateStore) -> tuple[tuple[Receipt, ...], ChainReport]:
-    """The receipts and the verdict over them against a head read on both sides of them.
+    """The receipts and the store's own verdict over them (``store.verify_chain``: the one
+    verifier, with the indexed columns and the cited approvals), judged under the policy
+    file when there is one (``$CTRLRUN_CONFIG`` or ./ctrlrun.yaml)."""
+    report = store.verify_chain(_located_policy())
+    return store.receipts(), report
 
-    Receipts and head are separate reads: an agent appending in between would look like a
-    ``head_mismatch``. A head that did not move across the read means the rows are the ones
-    it describes; after a few moving tries the last read is judged as it stands.
-    """
-    for _ in range(_SNAPSHOT_TRIES):
-        before = store.chain_head()
-        rows = store.receipts()
-        after = store.chain_head()
-        if before == after:
-            break
-    return rows, verify_chain(rows, after)
+
+def _located_policy() -> Policy | None:
+    from ctrlrun.config import load_policy_file
+    from ctrlrun.runtime.locate import policy_path
+
+    path = policy_path()
+    return load_policy_file(path) if path.is_file() else None
 
 
 def break_rows(rows: Sequence[Receipt], report: ChainReport) -> list[dict[str, Any]]:

@@ -42,6 +42,13 @@ class BreakKind(StrEnum):
     HEAD_MISMATCH = "head_mismatch"
     UNCHAINED = "unchained"
     COLUMN_MISMATCH = "column_mismatch"
+    # A receipt's approval, checked against the approvals and grants stored
+    # (``kernel.evidence_check``): at the seq of the receipt that cites it.
+    APPROVAL_REUSED = "approval_reused"  # cited by more than one committed receipt
+    APPROVAL_MISSING = "approval_missing"  # no such request, or an approved call cites none
+    APPROVAL_MISMATCH = "approval_mismatch"  # the request binds another action hash
+    APPROVAL_UNSIGNED = "approval_unsigned"  # the policy names approvers; no grant verifies
+    APPROVAL_QUORUM = "approval_quorum"  # fewer distinct (non-requester) approvers than needed
 
 
 class ChainBreak(NamedTuple):

@@ -26,12 +26,20 @@ from ctrlrun.kernel.approval import (
     ApprovalRecord,
     ApprovalRequestDraft,
     ApprovalStatus,
+    Grant,
     check_person,
     check_reason,
 )
 from ctrlrun.kernel.effect import EffectRecord, EffectState
 from ctrlrun.kernel.event import Event, EventDraft
-from ctrlrun.kernel.receipt import ChainHead, ChainReport, Receipt, verify_chain
+from ctrlrun.kernel.evidence_check import (
+    ApprovalEvidence,
+    EvidenceSnapshot,
+    cited_approvals,
+    verify_evidence,
+)
+from ctrlrun.kernel.policy import Policy
+from ctrlrun.kernel.receipt import ChainHead, ChainReport, Receipt
 from ctrlrun.store import codec
 from ctrlrun.store.codec import Row
 from ctrlrun.store.ops import Txn
@@ -39,6 +47,8 @@ from ctrlrun.store.ops.actions import finish_action_in_txn, record_in_txn, start
 from ctrlrun.store.ops.approvals import answer_approval_in_txn, put_approval_request_in_txn
 from ctrlrun.store.ops.effects import begin_execution_in_txn, resolve_effect_in_txn
 from ctrlrun.store.protocol import DriverTxn, FinishRequest, Started, StartRequest
+
+_SNAPSHOT_TRIES = 5
 
 T = TypeVar("T")
 
@@ -230,9 +240,32 @@ class SQLStore:
         rows = self._rows("chain_head_get")
         return ChainHead(int(rows[0]["seq"]), rows[0]["hash"]) if rows else None
 
-    def verify_chain(self) -> ChainReport:
+    def verify_chain(self, policy: Policy | None = None) -> ChainReport:
         """See ``StateStore.verify_chain``."""
-        rows = self._rows("receipt_list_verify")
-        return verify_chain(
-            (codec.receipt_from_row(r, columns=True) for r in rows), self.chain_head()
-        )
+        return verify_evidence(self.evidence_snapshot(policy))
+
+    def evidence_snapshot(self, policy: Policy | None = None) -> EvidenceSnapshot:
+        """The receipts with their indexed columns, the head read on both sides of them (a
+        head that did not move means the rows are the ones it describes; after a few moving
+        tries the last read is judged as it stands), and the requests they cite with their
+        grants."""
+        for _ in range(_SNAPSHOT_TRIES):
+            before = self.chain_head()
+            rows = tuple(
+                codec.receipt_from_row(r, columns=True) for r in self._rows("receipt_list_verify")
+            )
+            head = self.chain_head()
+            if before == head:
+                break
+        cited = cited_approvals(rows)
+        grants: dict[str, list[Grant]] = {}
+        if cited:
+            for row in self._rows("approval_grant_list_all"):
+                grant = Grant(row["approver"], self._read_ts(row["granted_at"]), row["signature"])
+                grants.setdefault(row["approval_id"], []).append(grant)
+        approvals = {
+            r.approval_id: ApprovalEvidence(r, tuple(grants.get(r.approval_id, ())))
+            for r in (self.list_approvals() if cited else ())
+            if r.approval_id in cited
+        }
+        return EvidenceSnapshot(rows, head, approvals, policy)

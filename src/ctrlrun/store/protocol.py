@@ -17,6 +17,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from ctrlrun.kernel.approval import ApprovalRecord, ApprovalRequestDraft, ApprovalStatus
 from ctrlrun.kernel.effect import EffectRecord, EffectState, Reservation
 from ctrlrun.kernel.event import Event, EventDraft
+from ctrlrun.kernel.policy import Policy
 from ctrlrun.kernel.receipt import ChainHead, ChainReport, Receipt
 from ctrlrun.store.ops import Txn
 
@@ -226,8 +227,10 @@ class StateStore(Protocol):
         """The head row, or None if it is missing."""
         ...
 
-    def verify_chain(self) -> ChainReport:
-        """Every break of the receipt chain by kind and seq."""
+    def verify_chain(self, policy: Policy | None = None) -> ChainReport:
+        """Every break of the stored evidence by kind and seq: the receipt chain's, and the
+        approvals its receipts cite, judged under ``policy`` when its hash is the
+        receipt's (``kernel.evidence_check``)."""
         ...
 
     def close(self) -> None:

@@ -46,6 +46,7 @@ def test_the_script_is_installed_and_lists_its_commands_in_workflow_order(tmp_pa
         "effects",
         "resolve",
         "receipts",
+        "stats",
         "inspect",
         "approvals",
         "approve",

@@ -26,6 +26,7 @@ from ctrlrun.cli.plans import plans_group
 from ctrlrun.cli.policy import policy_group
 from ctrlrun.cli.receipts import receipts
 from ctrlrun.cli.serve import serve
+from ctrlrun.cli.stats import stats
 from ctrlrun.cli.verify import verify
 
 COMMANDS = (
@@ -34,6 +35,7 @@ COMMANDS = (
     effects,
     resolve,
     receipts,
+    stats,
     inspect,
     approvals,
     approve,

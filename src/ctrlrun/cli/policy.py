@@ -16,6 +16,7 @@ from ctrlrun.cli.common import (
     table,
     when,
 )
+from ctrlrun.cli.replay import replay
 from ctrlrun.config import load_policy_file
 from ctrlrun.runtime.locate import policy_path
 from ctrlrun.store.templates import accept_effect_template, effect_templates
@@ -83,3 +84,6 @@ def _policy_template(action: str, policy: str | None) -> str:
     if entry is None or entry.effect is None:
         raise Refusal(f"the policy {path} gives {action} no effect template: give --template")
     return entry.effect.source
+
+
+policy_group.add_command(replay)

@@ -16,7 +16,7 @@ from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ctrlrun.console import documents, durable, effects, inbox, receipts
+from ctrlrun.console import documents, durable, effects, inbox, receipts, stats
 from ctrlrun.console.approvals_source import InboxSource
 from ctrlrun.console.auth import COOKIE, SESSION_TTL, Gate
 from ctrlrun.console.render import SECURITY_HEADERS, page
@@ -109,6 +109,7 @@ def create_app(store: Any, gate: Gate, signing_key: bytes | None = None) -> ASGI
         *inbox.routes(InboxSource(store, signing_key), gate),
         *effects.routes(store, gate),
         *receipts.routes(store),
+        *stats.routes(store),
         *durable.routes(store, gate),
         *documents.routes(store, gate),
     ]

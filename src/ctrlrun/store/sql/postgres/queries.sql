@@ -174,6 +174,13 @@ ORDER BY seq NULLS LAST, created_at;
 SELECT receipt_id, seq, document, hash FROM {schema}.receipts WHERE action_id = %(action_id)s
 ORDER BY seq NULLS LAST, created_at;
 
+-- name: receipt_page
+-- Chained receipts after seq %(after)s recorded at or after %(since)s, a page at a time in seq
+-- order (a replay or a report streams them: its memory is one page, whatever the chain's length).
+SELECT seq, document FROM {schema}.receipts
+WHERE seq > %(after)s AND created_at >= %(since)s
+ORDER BY seq LIMIT %(page)s;
+
 -- --- opening: catalog probes and schema versions ---------------------------------------------
 
 -- name: open_probe

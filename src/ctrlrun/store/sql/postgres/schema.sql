@@ -310,6 +310,18 @@ CREATE TABLE {schema}.receipt_chain (
     CONSTRAINT receipt_chain_id_check CHECK ((id = 1))
 );
 
+CREATE TABLE {schema}.receipt_stats (
+    dimension text NOT NULL COLLATE pg_catalog."C",
+    bucket timestamp with time zone NOT NULL,
+    name text NOT NULL COLLATE pg_catalog."C",
+    decision text NOT NULL COLLATE pg_catalog."C",
+    result text NOT NULL COLLATE pg_catalog."C",
+    reason text NOT NULL COLLATE pg_catalog."C",
+    calls bigint NOT NULL,
+    CONSTRAINT receipt_stats_calls_check CHECK ((calls >= 0)),
+    CONSTRAINT receipt_stats_dimension_check CHECK ((dimension = ANY (ARRAY['action'::text, 'agent'::text, 'rule'::text])))
+);
+
 CREATE TABLE {schema}.receipts (
     seq bigint NOT NULL,
     receipt_id text NOT NULL COLLATE pg_catalog."C",
@@ -325,6 +337,18 @@ CREATE TABLE {schema}.schema_version (
     migration_id text NOT NULL COLLATE pg_catalog."C",
     applied_at timestamp with time zone NOT NULL,
     ctrlrun_version text NOT NULL
+);
+
+CREATE TABLE {schema}.stats_ambiguous (
+    effect_key text NOT NULL COLLATE pg_catalog."C",
+    attempt integer NOT NULL,
+    opened_at timestamp with time zone NOT NULL
+);
+
+CREATE TABLE {schema}.stats_mark (
+    id integer NOT NULL,
+    seq bigint NOT NULL,
+    CONSTRAINT stats_mark_id_check CHECK ((id = 1))
 );
 
 ALTER TABLE ONLY {schema}.approval_grants
@@ -366,11 +390,20 @@ ALTER TABLE ONLY {schema}.plans
 ALTER TABLE ONLY {schema}.receipt_chain
     ADD CONSTRAINT receipt_chain_pkey PRIMARY KEY (id);
 
+ALTER TABLE ONLY {schema}.receipt_stats
+    ADD CONSTRAINT receipt_stats_pkey PRIMARY KEY (dimension, bucket, name, decision, result, reason);
+
 ALTER TABLE ONLY {schema}.receipts
     ADD CONSTRAINT receipts_pkey PRIMARY KEY (seq);
 
 ALTER TABLE ONLY {schema}.schema_version
     ADD CONSTRAINT schema_version_pkey PRIMARY KEY (migration_id);
+
+ALTER TABLE ONLY {schema}.stats_ambiguous
+    ADD CONSTRAINT stats_ambiguous_pkey PRIMARY KEY (effect_key, attempt);
+
+ALTER TABLE ONLY {schema}.stats_mark
+    ADD CONSTRAINT stats_mark_pkey PRIMARY KEY (id);
 
 CREATE INDEX approvals_by_action ON {schema}.approvals USING btree (action_hash);
 

@@ -131,6 +131,13 @@ ORDER BY seq IS NULL, seq, created_at;
 SELECT receipt_id, seq, document, hash FROM receipts WHERE action_id = :action_id
 ORDER BY seq IS NULL, seq, created_at;
 
+-- name: receipt_page
+-- Chained receipts after seq :after recorded at or after :since, a page at a time in seq order
+-- (a replay or a report streams them: its memory is one page, whatever the chain's length).
+SELECT seq, document FROM receipts
+WHERE seq > :after AND created_at >= :since
+ORDER BY seq LIMIT :page;
+
 -- --- effect-key templates (0005) -------------------------------------------------------------
 
 -- name: effect_template_get

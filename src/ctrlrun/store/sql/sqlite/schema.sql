@@ -160,6 +160,17 @@ CREATE TABLE receipt_chain (
     hash TEXT NOT NULL
 );
 
+CREATE TABLE receipt_stats (
+    dimension TEXT NOT NULL CHECK (dimension IN ('action', 'agent', 'rule')),
+    bucket    TEXT NOT NULL,
+    name      TEXT NOT NULL,
+    decision  TEXT NOT NULL,
+    result    TEXT NOT NULL,
+    reason    TEXT NOT NULL,
+    calls     INTEGER NOT NULL CHECK (calls >= 0),
+    PRIMARY KEY (dimension, bucket, name, decision, result, reason)
+) WITHOUT ROWID;
+
 CREATE TABLE receipts (
     seq        INTEGER PRIMARY KEY,
     receipt_id TEXT NOT NULL,
@@ -172,6 +183,18 @@ CREATE TABLE receipts (
 );
 
 CREATE TABLE schema_version (migration_id TEXT PRIMARY KEY, applied_at TEXT NOT NULL, ctrlrun_version TEXT NOT NULL);
+
+CREATE TABLE stats_ambiguous (
+    effect_key TEXT NOT NULL,
+    attempt    INTEGER NOT NULL,
+    opened_at  TEXT NOT NULL,
+    PRIMARY KEY (effect_key, attempt)
+) WITHOUT ROWID;
+
+CREATE TABLE stats_mark (
+    id  INTEGER PRIMARY KEY CHECK (id = 1),
+    seq INTEGER NOT NULL
+);
 
 CREATE INDEX approvals_by_action ON approvals (action_hash);
 

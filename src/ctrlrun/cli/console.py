@@ -56,7 +56,7 @@ def _parts() -> tuple[Any, Any, Any]:
 @click.option(
     "--approver-key",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Sign every grant with this Ed25519 private key (`ctrlrun approver keygen`).",
+    help="Sign every answer (grant or denial) with this Ed25519 private key.",
 )
 @click.option("--timeout", type=click.FloatRange(0.1, 3600), default=10.0, show_default=True)
 @click.option("--max-connections", type=click.IntRange(1, 10_000), default=64, show_default=True)
@@ -86,6 +86,7 @@ def console(  # noqa: PLR0917 - click passes one argument per option
         gate = gate_type(
             load_accounts(accounts) if accounts else None, trusted_header=trusted_header
         )
+        keys = _approver_keys()
         state: Any = open_store(store_url, existing=True)
         sock = bind_listening(host, port)
     except (CtrlrunError, OSError) as exc:
@@ -97,7 +98,7 @@ def console(  # noqa: PLR0917 - click passes one argument per option
     try:
         run(
             HostGuard(
-                create_app(state, gate, approver_key.read_bytes() if approver_key else None),
+                create_app(state, gate, approver_key.read_bytes() if approver_key else None, keys),
                 names,
             ),
             sock,
@@ -106,6 +107,16 @@ def console(  # noqa: PLR0917 - click passes one argument per option
         )
     finally:
         state.close()
+
+
+def _approver_keys() -> dict[str, str]:
+    """The approvers the policy file names (found as ``Control.from_file`` finds it), if it
+    is there: the console then refuses any answer it cannot sign as the signed-in person."""
+    from ctrlrun.config import load_policy_file
+    from ctrlrun.runtime.locate import policy_path
+
+    path = policy_path()
+    return dict(load_policy_file(path).approvers) if path.is_file() else {}
 
 
 @click.command("console-account")

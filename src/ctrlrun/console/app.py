@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from importlib import resources
 from typing import Any, Final
 
@@ -100,13 +101,19 @@ async def static(request: Request) -> Response:
     return Response(body, media_type=STATIC[name], headers=SECURITY_HEADERS)
 
 
-def create_app(store: Any, gate: Gate, signing_key: bytes | None = None) -> ASGIApp:
-    """The console over ``store``; who may use it is ``gate``'s to say; its grants are signed
-    with ``signing_key`` when given."""
+def create_app(
+    store: Any,
+    gate: Gate,
+    signing_key: bytes | None = None,
+    approver_keys: Mapping[str, str] | None = None,
+) -> ASGIApp:
+    """The console over ``store``; who may use it is ``gate``'s to say; its answers are signed
+    with ``signing_key`` when given, and must be when ``approver_keys`` (the policy's
+    ``approvers``) names any."""
     routes = [
         *_sign_in_routes(gate),
         Route("/static/{name}", static),
-        *inbox.routes(InboxSource(store, signing_key), gate),
+        *inbox.routes(InboxSource(store, signing_key, approver_keys), gate),
         *effects.routes(store, gate),
         *receipts.routes(store),
         *stats.routes(store),

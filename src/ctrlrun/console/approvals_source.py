@@ -9,6 +9,7 @@ console's public key, and the call that spends the grant verifies it (docs/appro
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -18,8 +19,7 @@ from ctrlrun.canonical import canonical_text
 from ctrlrun.errors import InvalidArgument
 from ctrlrun.kernel.approval import ApprovalRecord, ApprovalStatus
 from ctrlrun.kernel.request_check import recomputed_hash
-from ctrlrun.kernel.signing import answer_message, sign
-from ctrlrun.runtime.answering import refuse_if_tampered, split_tampered
+from ctrlrun.runtime.answering import refuse_if_tampered, sign_answer, split_tampered
 from ctrlrun.store.ops.approvals import grants_in_txn
 
 
@@ -84,9 +84,15 @@ class InboxSource:
     """Pending requests, and the two answers, over one store; grants signed with
     ``signing_key`` (a PEM Ed25519 private key) when given."""
 
-    def __init__(self, store: Any, signing_key: bytes | None = None) -> None:
+    def __init__(
+        self,
+        store: Any,
+        signing_key: bytes | None = None,
+        approver_keys: Mapping[str, str] | None = None,
+    ) -> None:
         self.store = store
         self.signing_key = signing_key
+        self.approver_keys: Mapping[str, str] = approver_keys or {}
 
     def pending(self) -> list[Pending]:
         """Intact requests still waiting and not expired, newest first, with who granted so
@@ -144,6 +150,9 @@ class InboxSource:
         return view(self.store.deny_approval(approval_id, approver, reason, signature), reason)
 
     def _sign(self, record: ApprovalRecord | None, approver: str, *, grant: bool) -> str | None:
-        if record is None or self.signing_key is None:
-            return None
-        return sign(self.signing_key, answer_message(record, approver, grant=grant))
+        """The answer's signature with the console's key (over the recomputed hash). When the
+        policy the console was started with names approvers, every answer must be signed by
+        the signed-in person's own key: refused otherwise, before anything is written."""
+        if record is None:
+            return None  # the store refuses an unknown request
+        return sign_answer(self.approver_keys, record, approver, self.signing_key, grant=grant)

@@ -118,6 +118,10 @@ def test_the_api_shows_tampering_and_refuses_to_answer_or_sign(backend, control,
     control.approvals.pending()
     assert len(tamper_events(store, approval_id)) == 1, "a listing records it once"
     expect_tampered(control.approvals.get, approval_id)
+    arguments = {"payment_id": "pay_1", "amount": 900_000}
+    who = ctrlrun.Principal("support-bot")
+    expect_tampered(control.approvals.for_action, "stripe.refund", arguments, who)
+    expect_tampered(control.evaluate, "stripe.refund", arguments, who)
     expect_tampered(control.approvals.grant, approval_id, "bob", private_key=BOB_PEM)
     expect_tampered(control.approvals.deny, approval_id, "bob", "no", private_key=BOB_PEM)
     record = store.get_approval(approval_id)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from ctrlrun.errors import InvalidArgument
 from ctrlrun.kernel.action import Action, Principal
 from ctrlrun.kernel.approval import ApprovalRecord, ApprovalStatus, plan_reuse, plan_waiting
+from ctrlrun.kernel.request_check import tampering
 from ctrlrun.runtime.answering import refuse_if_tampered, sign_answer, split_tampered
 from ctrlrun.runtime.sinks import emit_approval
 
@@ -104,16 +105,23 @@ class Approvals:
         self, name: str, arguments: dict[str, Any], principal: Principal
     ) -> ApprovalRecord | None:
         """The request that decides the identical call under the current policy: a usable
-        grant, else a standing denial, else the pending request; None if there is none."""
+        grant, else a standing denial, else the pending request; None if there is none;
+        ``ApprovalMismatch`` (``tampered``) if its stored action was rewritten."""
         return self.for_built(self._control.build(name, arguments, principal))
 
     def for_built(self, action: Action) -> ApprovalRecord | None:
-        """``for_action`` for an ``Action`` already built."""
+        """``for_action`` for an ``Action`` already built. Reads only: a request whose stored
+        action does not hash to ``action`` raises ``ApprovalMismatch`` (``tampered``), and
+        the call that meets it records that."""
         control = self._control
         found = control.store.find_approvals(action.action_hash, control.policy.policy_hash)
         now = control.now()
         reuse = plan_reuse(found, now=now)
-        return reuse.granted or reuse.denied or plan_waiting(found, now)
+        record = reuse.granted or reuse.denied or plan_waiting(found, now)
+        refusal = tampering(record) if record is not None else None
+        if refusal is not None:
+            raise refusal
+        return record
 
 
 def sign_grant(

@@ -186,7 +186,8 @@ class Control:
 
     def evaluate(self, name: str, arguments: dict[str, Any], principal: Principal) -> Assessment:
         """What would happen to this call now, writing nothing: the decision and its rule,
-        the effect key and its state, and the approval that decides it (``Assessment``)."""
+        the effect key and its state, and the approval that decides it (``Assessment``);
+        ``ApprovalMismatch`` (``tampered``) if that request's stored action was rewritten."""
         return assess(self, self.build(name, arguments, principal))
 
     def execute(

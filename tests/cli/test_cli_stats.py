@@ -80,7 +80,7 @@ def test_every_figure_of_a_known_history(history):
     assert refunds["name"] == "stripe.refund"
     assert refunds["results"] == {"ambiguous": 1, "blocked": 1, "committed": 3, "denied": 1}
     assert refunds["decisions"] == {"allow": 4, "approve": 1, "deny": 1}
-    assert refunds["not_committed_because"] == {
+    assert refunds["reasons"] == {
         "ActionDenied": 1, "DuplicateEffect": 1, "TimeoutError": 1,
     }  # fmt: skip
     assert report["approvals"] == {"consumed": 1}

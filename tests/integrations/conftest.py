@@ -46,3 +46,26 @@ def protected_refund(control, ran, mode):
             return f"refunded {amount}"
 
     return refund
+
+
+@pytest.fixture
+def committed_big(protected_refund, control, mode, ran):
+    """``pay_big`` refunded after a person approved it: its key COMMITTED, one request made.
+    Returns a function giving the request id; ``ran`` is emptied after."""
+
+    def run() -> str:
+        import asyncio
+
+        def call():
+            with ctrlrun.context("support-bot", "alice"):
+                value = protected_refund("pay_big", 200_000)
+                return asyncio.run(value) if mode == "async" else value
+
+        with pytest.raises(ctrlrun.ApprovalRequired) as needed:
+            call()
+        control.approvals.grant(needed.value.request_id, "bob")
+        assert call() == "refunded 200000"
+        ran.clear()
+        return needed.value.request_id
+
+    return run

@@ -142,3 +142,51 @@ def test_a_lost_reply_is_ambiguous_and_the_model_s_retry_is_refused(control, ran
     assert "unknown" in first.lower() and ran == ["pay_1"]
     assert store.get_effect("refund:pay_1").state is ctrlrun.EffectState.AMBIGUOUS
     assert "ambiguous" in second.lower() or "unknown" in second.lower()
+
+
+@pytest.mark.parametrize("amount", [200_000, 300_000], ids=["identical", "same-key"])
+def test_a_committed_key_is_answered_without_interrupting(
+    refund, ran, mode, store, committed_big, amount
+):
+    request_id = committed_big()
+    graph = agent(model(("refund", {"payment_id": "pay_big", "amount": amount})), refund)
+    result = invoke(graph, mode, ask("refund pay_big again"))
+    assert "__interrupt__" not in result  # nobody is asked
+    [text] = tool_texts(result)
+    assert text.startswith("Already done") and 'its result was "refunded 200000"' in text
+    assert [a.approval_id for a in store.list_approvals()] == [request_id] and ran == []
+
+
+def test_a_refusal_names_its_tool(refund, ran, mode):
+    result = invoke(
+        agent(model(("refund", {"payment_id": "x", "amount": 90_000_000})), refund), mode, ask("go")
+    )
+    [message] = [m for m in result["messages"] if m.type == "tool"]
+    assert message.name == "refund" and message.status == "error" and ran == []
+
+
+def test_a_denial_tells_the_model_the_approver_s_reason(refund, ran, mode, control):
+    graph = agent(model(("refund", {"payment_id": "pay_big", "amount": 200_000})), refund)
+    [pause] = invoke(graph, mode, ask("refund big"))["__interrupt__"]
+    control.approvals.deny(
+        pause.value["ctrlrun_request_id"], "carol", "the bank already refunded it"
+    )
+    resumed = invoke(graph, mode, Command(resume="answered"))
+    [text] = tool_texts(resumed)
+    assert "the bank already refunded it" in text and "Do not retry" in text and ran == []
+
+
+def test_the_brake_ends_a_run_that_repeats_a_refused_call(refund, ran, mode, store):
+    denied = ("refund", {"payment_id": "x", "amount": 90_000_000})
+    chat = model(*[denied] * 5)
+    guard = CtrlrunMiddleware(principal=lambda request: ctrlrun.Principal("bot"), max_refusals=3)
+    graph = create_agent(chat, [refund], middleware=[guard], checkpointer=InMemorySaver())
+    result = invoke(graph, mode, ask("refund a fortune"))
+    first, second, third = tool_texts(result)
+    assert first.startswith("Not allowed") and second.startswith("Not allowed")
+    assert third.startswith("Stopped: this exact call was refused 3 times")
+    assert result["messages"][-1].type == "tool"  # the run ended there: no model turn after
+    assert [r["result"] for r in store.receipts()] == ["denied"] * 3 and ran == []
+    again = invoke(graph, mode, ask("try once more"))  # a new run counts afresh
+    assert [t[:11] for t in tool_texts(again)[3:]] == ["Not allowed", "Not allowed"]
+    assert again["messages"][-1].content == "done"

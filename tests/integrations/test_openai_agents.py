@@ -101,3 +101,54 @@ def test_a_lost_reply_is_ambiguous_and_the_model_s_retry_is_refused(control, ran
     assert "unknown" in first.lower() and ran == ["pay_1"]
     assert store.get_effect("refund:pay_1").state is ctrlrun.EffectState.AMBIGUOUS
     assert second != first and ("ambiguous" in second.lower() or "unknown" in second.lower())
+
+
+@pytest.mark.parametrize("amount", [200_000, 300_000], ids=["identical", "same-key"])
+def test_a_committed_key_is_answered_without_pausing(tool, ran, store, committed_big, amount):
+    request_id = committed_big()
+    result = asyncio.run(Runner.run(agent(tool, {"payment_id": "pay_big", "amount": amount}), "go"))
+    assert result.interruptions == []  # nobody is asked
+    [text] = tool_outputs(result)
+    assert text.startswith("Already done") and 'its result was "refunded 200000"' in text
+    assert [a.approval_id for a in store.list_approvals()] == [request_id] and ran == []
+
+
+def test_a_denial_tells_the_model_the_approver_s_reason(tool, ran, control):
+    runner_agent = agent(tool, {"payment_id": "pay_big", "amount": 200_000})
+    paused = asyncio.run(Runner.run(runner_agent, "go"))
+    [item] = paused.interruptions
+    found = control.approvals.for_action(
+        "stripe.refund", {"payment_id": "pay_big", "amount": 200_000}, BOT
+    )
+    control.approvals.deny(found.approval_id, "carol", "the bank already refunded it")
+    state = paused.to_state()
+    state.approve(item)
+    resumed = asyncio.run(Runner.run(runner_agent, state))
+    [text] = tool_outputs(resumed)
+    assert "the bank already refunded it" in text and ran == []
+
+
+def test_a_standing_denial_is_not_asked_about_again(tool, ran, control, store):
+    call = {"payment_id": "pay_big", "amount": 200_000}
+    paused = asyncio.run(Runner.run(agent(tool, call), "go"))
+    assert paused.interruptions
+    [request] = store.list_approvals()
+    control.approvals.deny(request.approval_id, "carol", "no")
+    again = asyncio.run(Runner.run(agent(tool, call), "go again"))
+    assert again.interruptions == [] and len(store.list_approvals()) == 1
+    [text] = tool_outputs(again)
+    assert text.startswith("Not allowed: a person denied this exact call") and ran == []
+
+
+def test_the_brake_ends_a_run_that_repeats_a_refused_call(protected_refund, control, ran, store):
+    tool = guarded_tool(
+        protected_refund, control=control, principal=lambda ctx: BOT, max_refusals=3
+    )
+    denied = {"payment_id": "x", "amount": 90_000_000}
+    with pytest.raises(ctrlrun.RefusalLoop) as stopped:
+        asyncio.run(Runner.run(agent(tool, *[denied] * 5), "refund a fortune"))
+    assert stopped.value.refusals == 3 and stopped.value.tool == "refund"
+    assert stopped.value.last.startswith("Not allowed")
+    assert [r["result"] for r in store.receipts()] == ["denied"] * 3 and ran == []
+    other = asyncio.run(Runner.run(agent(tool, denied, denied), "a new run"))
+    assert [t[:11] for t in tool_outputs(other)] == ["Not allowed", "Not allowed"]

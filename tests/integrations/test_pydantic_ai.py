@@ -121,3 +121,42 @@ def test_a_lost_reply_is_ambiguous_and_the_model_s_retry_is_refused(control, ran
     assert ran == ["pay_1"]  # the retry never reached the provider
     assert store.get_effect("refund:pay_1").state is ctrlrun.EffectState.AMBIGUOUS
     assert "unknown" in result.output.lower()
+
+
+@pytest.mark.parametrize("amount", [200_000, 300_000], ids=["identical", "same-key"])
+def test_a_committed_key_is_answered_without_deferring(toolset, ran, store, committed_big, amount):
+    request_id = committed_big()
+    agent = agent_for(scripted(("refund", {"payment_id": "pay_big", "amount": amount})), toolset)
+    result = asyncio.run(agent.run("refund pay_big again"))
+    assert not isinstance(result.output, DeferredToolRequests)  # nobody is asked
+    assert result.output.startswith("Already done") and "refunded 200000" in result.output
+    assert [a.approval_id for a in store.list_approvals()] == [request_id] and ran == []
+
+
+def test_a_denial_tells_the_model_the_approver_s_reason(toolset, ran, control):
+    agent = agent_for(scripted(("refund", {"payment_id": "pay_big", "amount": 200_000})), toolset)
+    paused = asyncio.run(agent.run("refund big"))
+    [call] = paused.output.approvals
+    request_id = (
+        call.tool_call_id and paused.output.metadata[call.tool_call_id]["ctrlrun_request_id"]
+    )
+    control.approvals.deny(request_id, "carol", "the bank already refunded it")
+    resumed = asyncio.run(
+        agent.run(
+            message_history=paused.all_messages(),
+            deferred_tool_results=DeferredToolResults(approvals={call.tool_call_id: True}),
+        )
+    )
+    assert "the bank already refunded it" in resumed.output and ran == []
+
+
+def test_the_brake_ends_a_run_that_repeats_a_refused_call(protected_refund, ran, store):
+    tools = FunctionToolset([protected_refund])
+    toolset = CtrlrunToolset(tools, principal=lambda ctx: ctrlrun.Principal("bot"), max_refusals=3)
+    denied = ("refund", {"payment_id": "x", "amount": 90_000_000})
+    with pytest.raises(ctrlrun.RefusalLoop) as stopped:
+        asyncio.run(agent_for(scripted(*[denied] * 5), toolset).run("refund a fortune"))
+    assert stopped.value.refusals == 3 and stopped.value.last.startswith("Not allowed")
+    assert [r["result"] for r in store.receipts()] == ["denied"] * 3 and ran == []
+    again = asyncio.run(agent_for(scripted(denied, denied), toolset).run("a new run"))
+    assert again.output.startswith("Not allowed")

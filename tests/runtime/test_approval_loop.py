@@ -13,6 +13,7 @@ import pytest
 import ctrlrun
 from ctrlrun import (
     ActionDenied,
+    AlreadyCommitted,
     ApprovalRequired,
     ApprovalStatus,
     Control,
@@ -67,9 +68,10 @@ def test_a_grant_lets_the_identical_call_run_once_without_presenting_it(refund, 
     store.grant_approval(request.request_id, "bob")
     with ctrlrun.context(BOT.agent, BOT.user):
         assert refund("pay_big", BIG) == "refunded"
-        with pytest.raises(ApprovalRequired) as again:
-            refund("pay_big", BIG)  # the grant was single use: a person is asked again
-    assert again.value.request_id != request.request_id
+        with pytest.raises(AlreadyCommitted) as again:
+            refund("pay_big", BIG)  # single use, and the key committed: nobody is asked again
+    assert again.value.result == "refunded"
+    assert [a.approval_id for a in store.list_approvals()] == [request.request_id]
     assert ran == [("pay_big", BIG)]
     assert store.get_approval(request.request_id).status is ApprovalStatus.CONSUMED
     [receipt] = [r for r in store.receipts() if r["result"] == "committed"]

@@ -365,7 +365,7 @@ class TestSchema:
     @pytest.mark.parametrize(
         ("text", "key", "line"),
         [
-            ("schema: ctrlrun.policy/v1\nactions: {}\nmode: observe\n", "mode", 3),
+            ("schema: ctrlrun.policy/v1\nactions: {}\nenforce: false\n", "enforce", 3),
             (entry("decision: allow\ncontrols: [x]\n"), "actions.a.b.controls", 5),
             (
                 entry("rules:\n  - decision: allow\n    whenn: {x_eq: 1}\n"),

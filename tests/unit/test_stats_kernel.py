@@ -51,6 +51,10 @@ def test_a_receipt_is_keyed_by_its_hour_and_the_type_its_error_names():
     odd = stats_key(receipt(principal="bot", action=None, decision=None))
     assert odd is not None and (odd.agent, odd.action, odd.decision) == ("", "", "")
     assert stats_key(receipt(at="yesterday")) is None
+    watched = stats_key(receipt("observed", observed={"would_have": "denied"}))
+    ran = stats_key(receipt("observed", error="TimeoutError: x", observed={"would_have": None}))
+    assert watched is not None and watched.reason == "denied"
+    assert ran is not None and ran.reason == "would_run"
 
 
 def test_folding_counts_keys_and_notes_ambiguous_attempts():
@@ -110,7 +114,7 @@ def test_the_report_groups_orders_and_summarises():
     assert document["calls"] == 5 and document["ambiguous"]["open_now"] == 2
     assert document["groups"][1] == {
         "name": "crm.read", "calls": 2, "results": {"committed": 2},
-        "decisions": {"allow": 2}, "not_committed_because": {},
+        "decisions": {"allow": 2}, "reasons": {},
     }  # fmt: skip
     by_rule = plan_report(Dimension.RULE, counts.items(), [], [], open_now=0, now=now)
     assert sorted(g.name for g in by_rule.groups) == ["decision", "rule[0]", "rule[2]"]

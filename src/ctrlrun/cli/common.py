@@ -204,6 +204,7 @@ STYLES: Final = {
     "failed": "red",
     "denied": "red",
     "blocked": "red",
+    "observed": "blue",
     "expired": "red",
 }
 

@@ -20,7 +20,7 @@ from ctrlrun.cli.window import parse_since, since_option
 from ctrlrun.kernel.stats import Dimension, Durations, StatsReport, plan_report
 from ctrlrun.store.stats import gather_stats, refresh_stats
 
-_ORDER = ("committed", "failed", "ambiguous", "denied", "blocked")
+_ORDER = ("committed", "failed", "ambiguous", "denied", "blocked", "observed")
 
 
 @click.command("stats")
@@ -80,7 +80,7 @@ def _print(report: StatsReport) -> None:
         str(report.by).upper(),
         "CALLS",
         *(r.upper() for r in _ORDER),
-        "NOT COMMITTED BECAUSE",
+        "REASONS",
     )
     table(rows, header=header)
     say()

@@ -59,14 +59,24 @@ class SignedIn:
 
 def _sign_in_routes(gate: Gate) -> list[Route]:
     async def form(request: Request) -> Response:
-        return page(request, "sign_in.html", failed=False, proxy=gate.trusted_header)
+        return page(request, "sign_in.html", failed=False, wait=None, proxy=gate.trusted_header)
 
     async def submit(request: Request) -> Response:
         posted = await request.form()
         name, password = str(posted.get("name", "")), str(posted.get("password", ""))
-        sid = await run_in_threadpool(gate.sign_in, name, password)
+        address = request.client.host if request.client else None
+        wait = gate.throttle.wait(name, address)
+        if wait is not None:  # refused before the password is looked at
+            refused = page(
+                request, "sign_in.html", 429, failed=False, wait=wait, proxy=gate.trusted_header
+            )
+            refused.headers["Retry-After"] = str(wait)
+            return refused
+        sid = await run_in_threadpool(gate.sign_in, name, password, address)
         if sid is None:
-            return page(request, "sign_in.html", 401, failed=True, proxy=gate.trusted_header)
+            return page(
+                request, "sign_in.html", 401, failed=True, wait=None, proxy=gate.trusted_header
+            )
         done = RedirectResponse("/", status_code=303)
         done.set_cookie(
             COOKIE,

@@ -11,6 +11,9 @@ Two ways to sign in, chosen when the console starts:
   authenticated the person and names them in that header; the CSRF token is then an HMAC of
   the name under a secret the console draws at start.
 
+Failed passwords slow further sign-ins per account and per client address
+(``console.throttle``): a throttled attempt is refused before its password is checked.
+
 Every POST must carry the CSRF token of its session (``checked_form``); a missing or wrong one
 is answered 403 and nothing is done. Host and Origin are checked before any of this
 (``ctrlrun.loopback.HostGuard``).
@@ -31,7 +34,8 @@ from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 
-from ctrlrun._time import utc_now
+from ctrlrun._time import Clock, utc_now
+from ctrlrun.console.throttle import Throttle
 from ctrlrun.errors import InvalidArgument
 
 COOKIE: Final = "ctrlrun_console"
@@ -79,8 +83,11 @@ class Gate:
         *,
         trusted_header: str | None = None,
         secure_cookie: bool = True,
+        clock: Clock = utc_now,
     ) -> None:
         self.accounts = accounts or {}
+        self._clock = clock
+        self.throttle = Throttle(clock=clock)  # failed passwords, per account and address
         self.trusted_header = trusted_header.lower() if trusted_header else None
         self.secure_cookie = secure_cookie
         self._secret = secrets.token_bytes(32)
@@ -99,7 +106,7 @@ class Gate:
             return None
         with self._lock:
             held = self._sessions.get(_digest(sid))
-            if held is None or held[1] < utc_now():
+            if held is None or held[1] < self._clock():
                 self._sessions.pop(_digest(sid), None)
                 return None
         return held[0]
@@ -109,9 +116,24 @@ class Gate:
 
     # --- signing in and out -------------------------------------------------------------
 
-    def sign_in(self, name: str, password: str) -> str | None:
+    def sign_in(self, name: str, password: str, address: str | None = None) -> str | None:
         """A new session id if ``password`` is ``name``'s, else None (same work either way:
-        an unknown name is verified against a dummy hash, so timing does not tell)."""
+        an unknown name is verified against a dummy hash, so timing does not tell). The
+        outcome is counted by ``throttle`` for ``name`` and the client ``address``; ask
+        ``throttle.wait`` first."""
+        if not self._verified(name, password):
+            self.throttle.failed(name, address)
+            return None
+        self.throttle.succeeded(name, address)
+        sid = secrets.token_urlsafe(32)
+        with self._lock:
+            self._sessions[_digest(sid)] = (
+                Person(name, secrets.token_urlsafe(32)),
+                self._clock() + SESSION_TTL,
+            )
+        return sid
+
+    def _verified(self, name: str, password: str) -> bool:
         from argon2 import PasswordHasher
         from argon2.exceptions import InvalidHashError, VerificationError
 
@@ -119,16 +141,8 @@ class Gate:
         try:
             PasswordHasher().verify(hashed, password)
         except (VerificationError, InvalidHashError):
-            return None
-        if name not in self.accounts:
-            return None
-        sid = secrets.token_urlsafe(32)
-        with self._lock:
-            self._sessions[_digest(sid)] = (
-                Person(name, secrets.token_urlsafe(32)),
-                utc_now() + SESSION_TTL,
-            )
-        return sid
+            return False
+        return name in self.accounts
 
     def sign_out(self, request: Request) -> None:
         """End the request's session, if any."""

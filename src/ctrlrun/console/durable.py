@@ -20,7 +20,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from ctrlrun.console.auth import Gate
-from ctrlrun.console.render import page
+from ctrlrun.console.render import done_notice, page
 from ctrlrun.errors import CtrlrunError
 
 PARKED: Final = ("ambiguous", "dead")
@@ -50,7 +50,7 @@ def routes(store: Any, gate: Gate) -> list[Route]:
         pending = await run_in_threadpool(plans.list, "pending", heal=False)
         parked = [m for status in PARKED for m in await run_in_threadpool(outbox.list, status)]
         flagged = [o for o in await run_in_threadpool(operations.list) if o.reconcile]
-        done = request.query_params.get("done", "")
+        done = done_notice(request)
         return page(
             request, "durable.html", plans=pending, parked=parked, flagged=flagged, done=done
         )

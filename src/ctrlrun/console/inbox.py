@@ -18,7 +18,7 @@ from starlette.routing import Route
 from ctrlrun._time import utc_now
 from ctrlrun.console.approvals_source import InboxSource
 from ctrlrun.console.auth import Gate
-from ctrlrun.console.render import SECURITY_HEADERS, page
+from ctrlrun.console.render import SECURITY_HEADERS, done_notice, page
 from ctrlrun.errors import CtrlrunError
 
 
@@ -33,7 +33,7 @@ def routes(source: InboxSource, gate: Gate) -> list[Route]:
             pending=pending,
             tampered=tampered,
             now=utc_now(),
-            done=request.query_params.get("done", ""),
+            done=done_notice(request),
         )
 
     async def pending_ids(request: Request) -> Response:

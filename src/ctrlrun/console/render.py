@@ -4,8 +4,9 @@ value reaches HTML escaped unless a template says otherwise (none does)."""
 from __future__ import annotations
 
 import json
+import re
 from functools import lru_cache
-from typing import Any
+from typing import Any, Final
 
 import jinja2
 from starlette.requests import Request
@@ -66,3 +67,21 @@ def page(request: Request, template: str, status: int = 200, **values: Any) -> H
         )
     )
     return HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
+
+
+# What ``?done=`` may show: the console's own messages, by id, each naming one record by an id
+# of the form ``new_id`` mints. Anything else in the link is shown as nothing, so a link made
+# elsewhere cannot put its own words on a console page.
+DONE_MESSAGES: Final = frozenset(
+    {"granted", "denied", "approved", "rejected", "settled", "reconciled"}
+)
+_RECORD_ID: Final = re.compile(r"[a-z]{1,12}_[0-9a-f]{8,64}")
+
+
+def done_notice(request: Request) -> str:
+    """The ``?done=<message> <record id>`` notice of ``request`` (the redirect after an
+    answer), or "" when the link names no message of the console's own or no record id."""
+    message, _, record = request.query_params.get("done", "").partition(" ")
+    if message not in DONE_MESSAGES or not _RECORD_ID.fullmatch(record):
+        return ""
+    return f"{message} {record}"

@@ -21,7 +21,7 @@ from ctrlrun.console.render import page
 from ctrlrun.kernel.stats import Dimension, StatsReport, plan_report
 from ctrlrun.store.stats import gather_stats, refresh_stats
 
-RESULTS: Final = ("committed", "failed", "ambiguous", "denied", "blocked")
+RESULTS: Final = ("committed", "failed", "ambiguous", "denied", "blocked", "observed")
 WINDOWS: Final = {"24h": timedelta(hours=24), "7d": timedelta(days=7), "30d": timedelta(days=30)}
 WIDTH: Final = 480
 

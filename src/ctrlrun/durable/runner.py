@@ -66,6 +66,7 @@ from ctrlrun.kernel.plan import (
     plan_claim,
     step_receipt_document,
 )
+from ctrlrun.kernel.policy import Policy
 from ctrlrun.runtime.call import CallSpec
 from ctrlrun.runtime.control import Control
 from ctrlrun.runtime.normalize import build_action
@@ -469,10 +470,14 @@ class PlanRunner:
         assert self.control is not None
         step = record.steps[index]
         principal = Principal(record.agent, record.user)
-        action = build_action(self.control.policy, step.action, dict(step.arguments), principal)
-        key = self._effect_key(record, index, action)
         try:
-            value, _ = self.control.run(action, handler.fn, CallSpec(effect_key=key))
+            policy = self.control.refresh_policy()  # one read builds and decides the step
+        except Refused as exc:  # an unloadable policy denies: nothing was executed
+            return StepVerdict(StepResult.FAILED, error=describe(exc))
+        action = build_action(policy, step.action, dict(step.arguments), principal)
+        key = self._effect_key(record, index, action, policy)
+        try:
+            value, _ = self.control.run(action, handler.fn, CallSpec(effect_key=key), policy=policy)
         except NotExecuted as exc:
             return StepVerdict(StepResult.FAILED, error=describe(exc), effect_key=key)
         except DuplicateEffect as exc:
@@ -489,10 +494,11 @@ class PlanRunner:
             return StepVerdict(StepResult.AMBIGUOUS, error=describe(exc), effect_key=key)
         return StepVerdict(StepResult.OK, value, effect_key=key)
 
-    def _effect_key(self, record: PlanRecord, index: int, action: Action) -> str | None:
-        """The policy's effect template if the action has one, else the step's position."""
-        assert self.control is not None
-        entry = self.control.policy.entry(action.name)
+    def _effect_key(
+        self, record: PlanRecord, index: int, action: Action, policy: Policy
+    ) -> str | None:
+        """``policy``'s effect template if the action has one, else the step's position."""
+        entry = policy.entry(action.name)
         if entry is None or entry.effect is None:
             return f"plan:{record.plan_id}:{index}"
         try:

@@ -121,13 +121,15 @@ class Refused(CtrlrunError):
 
 
 class ActionDenied(Refused):
-    """The action may not run. ``reason`` is a ``DenyReason``; ``rule`` the deciding rule index."""
+    """The action may not run. ``reason`` is a ``DenyReason``; ``rule`` the deciding rule index;
+    ``approver_reason`` what the person who denied exactly this call wrote, if anything."""
 
     _model_text = "Not allowed: the action was refused ({reason}). Do not retry it."
 
     reason: DenyReason
     action_id: str | None
     rule: int | None
+    approver_reason: str | None
 
     def __init__(
         self,
@@ -136,8 +138,22 @@ class ActionDenied(Refused):
         reason: DenyReason,
         action_id: str | None = None,
         rule: int | None = None,
+        approver_reason: str | None = None,
     ) -> None:
-        super().__init__(message, reason=reason, action_id=action_id, rule=rule)
+        fields: dict[str, Any] = {"action_id": action_id, "rule": rule}
+        if approver_reason is not None:  # the field exists only where a person gave one
+            fields["approver_reason"] = approver_reason
+        super().__init__(message, reason=reason, **fields)
+
+    def for_model(self) -> str:
+        """The refusal; a person's denial carries what they wrote, so the model can say why."""
+        why = self.fields().get("approver_reason")
+        if why is None:
+            return super().for_model()
+        return (
+            f"Not allowed: a person denied this exact call. Their reason: {_clip(str(why))}"
+            " Do not retry it; tell the user."
+        )
 
 
 class EffectKeyError(ActionDenied):
@@ -321,6 +337,25 @@ class AmbiguousEffect(Refused):
 
     def __init__(self, message: str, *, effect_key: str, action_id: str | None = None) -> None:
         super().__init__(message, reason="ambiguous", effect_key=effect_key, action_id=action_id)
+
+
+class RefusalLoop(Refused):
+    """A model kept making one refused call: after ``refusals`` identical refused calls of
+    ``tool`` in one run, a framework adapter's brake ends the run (``reason`` is
+    ``"refusal_loop"``; ``last`` is the last refusal's text for the model)."""
+
+    tool: str
+    refusals: int
+    last: str
+    _model_text = (
+        "Stopped: this exact call was refused {refusals} times in this run, so the run is"
+        " ended. Do not retry it; tell the user why it was refused: {last}"
+    )
+
+    def __init__(self, message: str, *, tool: str, refusals: int, last: str) -> None:
+        super().__init__(
+            message, reason="refusal_loop", tool=tool, refusals=refusals, last=_clip(last)
+        )
 
 
 # --- the executor's signal ---------------------------------------------------------------

@@ -16,8 +16,15 @@ enforcement stays in them. Around each call the middleware
   ``Command(resume=…)``, the node re-runs, and the identical call finds the grant and runs once
   (the re-run makes no second request: identical calls share one). If ctrlrun still holds it
   for a person (nothing granted), the resumed call is answered with a denial, never run;
-* returns any other refusal as a ``ToolMessage`` (``status="error"``, the ``for_model()`` text),
-  and an executor error as one saying whether a retry is safe.
+* returns any other refusal as a ``ToolMessage`` (``status="error"``, the ``for_model()`` text,
+  and the tool's ``name``, like a result), and an executor error as one saying whether a retry
+  is safe;
+* brakes a model that keeps making one refused call: the ``max_refusals``-th identical refused
+  call (same tool, same arguments) since the user's last message is answered with a final
+  text (``RefusalLoop.for_model()``) and, under ``create_agent``, the run ends there (the
+  middleware's ``before_model`` jumps to the end instead of asking the model again). Counted
+  from the graph's own messages (each refusal's ``artifact`` carries the call's fingerprint),
+  so it holds across checkpoints and processes.
 """
 
 from __future__ import annotations
@@ -28,9 +35,10 @@ from typing import Any
 import ctrlrun
 from ctrlrun._time import encode_instant
 from ctrlrun.errors import MissingDependency, NotExecuted
+from ctrlrun.integrations.brake import DEFAULT_REFUSALS, call_fingerprint, check_limit, loop_error
 
 try:
-    from langchain.agents.middleware import AgentMiddleware
+    from langchain.agents.middleware import AgentMiddleware, hook_config
     from langchain_core.messages import ToolMessage
     from langgraph.errors import GraphBubbleUp
     from langgraph.prebuilt.tool_node import ToolCallRequest
@@ -51,9 +59,20 @@ NOT_GRANTED = (
 class CtrlrunMiddleware(AgentMiddleware):
     """The tool-call guard of a LangChain agent (``wrap_tool_call``/``awrap_tool_call``)."""
 
-    def __init__(self, principal: PrincipalFor) -> None:
+    def __init__(self, principal: PrincipalFor, *, max_refusals: int = DEFAULT_REFUSALS) -> None:
         super().__init__()
         self.principal = principal
+        self.max_refusals = check_limit(max_refusals)
+
+    @hook_config(can_jump_to=["end"])
+    def before_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        """End the run when the tools just answered with the refusal brake's final text."""
+        return {"jump_to": "end"} if _braked(state) else None
+
+    @hook_config(can_jump_to=["end"])
+    async def abefore_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        """``before_model`` for async graphs."""
+        return self.before_model(state, runtime)
 
     def wrap_tool_call(self, request: ToolCallRequest, handler: Handler) -> Any:
         """Run the tool call under ctrlrun (see the module)."""
@@ -81,22 +100,73 @@ class CtrlrunMiddleware(AgentMiddleware):
     awrap = awrap_tool_call
 
     def _answer(self, request: ToolCallRequest, exc: BaseException) -> ToolMessage:
-        call_id = request.tool_call["id"]
+        call = request.tool_call
         if isinstance(exc, ctrlrun.ApprovalRequired):
             interrupt(pause_payload(exc, request))  # raises until resumed; then it was not granted
-            return ToolMessage(NOT_GRANTED, tool_call_id=call_id, status="error")
+            return self._refused(request, NOT_GRANTED)
         if isinstance(exc, ctrlrun.Refused):
-            return ToolMessage(exc.for_model(), tool_call_id=call_id, status="error")
+            return self._refused(request, exc.for_model())
         if isinstance(exc, NotExecuted):
             text = f"The tool failed and did nothing ({exc}); you may try again."
-            return ToolMessage(text, tool_call_id=call_id, status="error")
+            return ToolMessage(text, tool_call_id=call["id"], name=call["name"], status="error")
         if not isinstance(exc, Exception):
             raise exc  # cancellation and the like: the outcome is recorded; let it go on
         text = (
             f"The outcome of this call is unknown ({type(exc).__name__}); it was recorded and"
             " will be checked. Do not retry it."
         )
-        return ToolMessage(text, tool_call_id=call_id, status="error")
+        return ToolMessage(text, tool_call_id=call["id"], name=call["name"], status="error")
+
+    def _refused(self, request: ToolCallRequest, text: str) -> ToolMessage:
+        """The refusal's ToolMessage, named; the brake's final text instead when this is the
+        ``max_refusals``-th identical refused call since the user's last message."""
+        call = request.tool_call
+        fingerprint = call_fingerprint(call["name"], call.get("args") or {})
+        seen = 1 + _refusals_of(_messages(request.state), fingerprint)
+        artifact: dict[str, Any] = {REFUSED: fingerprint}
+        if seen >= self.max_refusals:
+            text = loop_error(call["name"], seen, text).for_model()
+            artifact[BRAKED] = True
+        return ToolMessage(
+            text, tool_call_id=call["id"], name=call["name"], status="error", artifact=artifact
+        )
+
+
+REFUSED = "ctrlrun_refused"  # a refusal ToolMessage's artifact: the call's fingerprint
+BRAKED = "ctrlrun_braked"  # set on the brake's final text
+
+
+def _messages(state: Any) -> list[Any]:
+    messages = state.get("messages") if isinstance(state, dict) else getattr(state, "messages", ())
+    return list(messages or ())
+
+
+def _this_run(messages: list[Any]) -> list[Any]:
+    """The messages since the user's last message (this run of the agent)."""
+    for index in range(len(messages) - 1, -1, -1):
+        if getattr(messages[index], "type", None) == "human":
+            return messages[index + 1 :]
+    return messages
+
+
+def _refusals_of(messages: list[Any], fingerprint: str) -> int:
+    return sum(
+        1
+        for m in _this_run(messages)
+        if isinstance(m, ToolMessage)
+        and isinstance(m.artifact, dict)
+        and m.artifact.get(REFUSED) == fingerprint
+    )
+
+
+def _braked(state: Any) -> bool:
+    """Did the tools' last answers include the brake's final text?"""
+    answered = []
+    for message in reversed(_messages(state)):
+        if not isinstance(message, ToolMessage):
+            break
+        answered.append(message)
+    return any(isinstance(m.artifact, dict) and m.artifact.get(BRAKED) for m in answered)
 
 
 def pause_payload(needed: ctrlrun.ApprovalRequired, request: ToolCallRequest) -> dict[str, Any]:

@@ -11,7 +11,9 @@ that reach tools only through MCP and whose code cannot change (``ctrlrun gatewa
   with ``isError`` is AMBIGUOUS (the tool may have acted before it failed) unless the tool is
   listed in ``not_executed_on_error`` (it errors only before acting: FAILED, retry allowed); an
   SDK-local error (closed connection, timeout) is AMBIGUOUS. The receipt id travels back in the
-  result's ``_meta`` (``ctrlrun/receipt_id``).
+  result's ``_meta`` (``ctrlrun/receipt_id``). The ``ctrlrun/`` namespace of ``_meta`` is the
+  gateway's: an upstream's own keys there are dropped before anything is decided or stored.
+  Each call is built and decided under one read of the policy.
 * A call that needs a person is answered with a tool error carrying the request id (also in
   ``_meta`` as ``ctrlrun/approval_request_id``) and what to do; once a person grants it, the
   identical re-call runs (identical calls share one request). With ``console_url`` set and a
@@ -32,6 +34,7 @@ from typing import Any
 import ctrlrun
 from ctrlrun.errors import MissingDependency, NotExecuted
 from ctrlrun.runtime.call import CallSpec
+from ctrlrun.runtime.normalize import build_action
 
 try:
     import mcp_types as types
@@ -41,6 +44,7 @@ try:
 except ImportError as exc:  # pragma: no cover - the extra is installed in the dev env
     raise MissingDependency(module="mcp", extra="mcp") from exc
 
+META_NAMESPACE = "ctrlrun/"
 RECEIPT_META = "ctrlrun/receipt_id"
 REQUEST_META = "ctrlrun/approval_request_id"
 
@@ -131,6 +135,7 @@ class Gateway:
 
         async def executor(**canonical: Any) -> dict[str, Any]:
             result = await upstream(tool, canonical)
+            result = _without_own_meta(result)  # the upstream cannot speak for ctrlrun
             if result.is_error:
                 if quiet:
                     raise NotExecuted(_text(result) or "the tool refused before acting")
@@ -138,8 +143,9 @@ class Gateway:
             return result.model_dump(mode="json", by_alias=True, exclude_none=True)
 
         try:
-            action = self.control.build(self.action(tool), arguments, who)
-            value, receipt = await self.control.arun(action, executor, CallSpec())
+            policy = self.control.refresh_policy()  # one read decides the whole call
+            action = build_action(policy, self.action(tool), arguments, who)
+            value, receipt = await self.control.arun(action, executor, CallSpec(), policy=policy)
         except ctrlrun.ApprovalRequired as needed:
             waiting = _error(
                 f"{needed.for_model()} Once a person approves it (`ctrlrun approve"
@@ -152,10 +158,21 @@ class Gateway:
             return _error(f"The tool reported an error; whether it acted is unknown: {failed}")
         except Exception as lost:  # an SDK-local error: closed connection, timeout
             return _error(f"The outcome is unknown ({type(lost).__name__}); do not retry it.")
-        result = types.CallToolResult.model_validate(value)
+        result = _without_own_meta(types.CallToolResult.model_validate(value))
         meta = dict(result.meta or {})
         meta[RECEIPT_META] = receipt.receipt_id
         return result.model_copy(update={"meta": meta})
+
+
+def _without_own_meta(result: types.CallToolResult) -> types.CallToolResult:
+    """``result`` without ``_meta`` keys in ctrlrun's namespace (``ctrlrun/``): only the
+    gateway writes those (a receipt id, a request to approve); an upstream's own would make a
+    committed call look like one waiting for a person."""
+    meta = result.meta
+    if not meta or not any(str(key).startswith(META_NAMESPACE) for key in meta):
+        return result
+    kept = {k: v for k, v in meta.items() if not str(k).startswith(META_NAMESPACE)}
+    return result.model_copy(update={"meta": kept or None})
 
 
 def _offers_url_elicitation(ctx: Any) -> bool:

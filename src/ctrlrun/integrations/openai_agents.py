@@ -7,7 +7,9 @@ only: ``function_tool`` and ``dataclasses.replace``). Enforcement stays in the f
 
 * ``needs_approval`` asks the policy (``control.evaluate``, arguments with the function's
   defaults applied, as the call will have them): ``approve`` with no usable grant pauses the
-  run, and the pause makes the hash-bound request (``control.request_approval``), the same one
+  run (unless the effect key already committed, is in progress or is AMBIGUOUS: then nobody
+  is asked and the call answers the refusal, ``AlreadyCommitted`` with the stored result),
+  and the pause makes the hash-bound request (``control.request_approval``), the same one
   every identical call shares. A person grants it through ctrlrun, the app approves the SDK's
   interruption (``state.approve(item)``) and resumes; the identical call finds the grant and runs
   once.
@@ -15,7 +17,11 @@ only: ``function_tool`` and ``dataclasses.replace``). Enforcement stays in the f
   forged run state or arguments changed on the way are refused, answered with a denial.
 * The principal comes from ``principal(ctx)``, the operator's callable over the run context,
   never from the model's output. Refusals are results (``for_model()`` text), not errors the
-  SDK's error function would hide or a retry would repeat.
+  SDK's error function would hide or a retry would repeat; a person's denial carries their
+  reason, and a standing denial is not asked about again.
+* A model that repeats a refused call is braked: the ``max_refusals``-th identical refused call
+  (same tool, same arguments) in one run (one ``Runner.run``, told apart by the run's usage
+  object) raises ``ctrlrun.RefusalLoop`` out of ``Runner.run`` instead of answering.
 """
 
 from __future__ import annotations
@@ -23,15 +29,19 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
+import json
 from collections.abc import Callable
 from typing import Any
 
 import ctrlrun
 from ctrlrun.errors import CtrlrunError, MissingDependency, NotExecuted
+from ctrlrun.integrations.brake import DEFAULT_REFUSALS, RefusalBrake
+from ctrlrun.kernel.approval import ApprovalStatus
 from ctrlrun.kernel.policy import Decision
 
 try:
     from agents import FunctionTool, RunContextWrapper, function_tool
+    from agents.exceptions import AgentsException
 except ImportError as exc:  # pragma: no cover - the extra is installed in the dev env
     raise MissingDependency(module="openai-agents", extra="openai-agents") from exc
 
@@ -50,20 +60,26 @@ def guarded_tool(
     principal: PrincipalFor,
     name: str | None = None,
     description: str | None = None,
+    max_refusals: int = DEFAULT_REFUSALS,
 ) -> FunctionTool:
-    """``fn`` (protected with ``@ctrlrun.protect``) as an Agents SDK tool under ``control``."""
+    """``fn`` (protected with ``@ctrlrun.protect``) as an Agents SDK tool under ``control``.
+    The ``max_refusals``-th identical refused call in one run raises ``ctrlrun.RefusalLoop``,
+    which ends the run (``Runner.run`` raises it)."""
     action = getattr(fn, "__ctrlrun_action__", None)
     if action is None:
         raise ctrlrun.InvalidArgument("guarded_tool takes a function protected with @protect")
     arguments_of = _binder(fn)
+    brake = RefusalBrake(max_refusals, kind=RunBraked)
 
     async def needs_approval(ctx: RunContextWrapper[Any], params: dict[str, Any], _: str) -> bool:
         who = principal(ctx)
 
         def decide() -> bool:
             answer = control.evaluate(action, arguments_of(params), who)
-            if answer.decision is not Decision.APPROVE or answer.approved:
-                return False  # anything else is decided (and enforced) inside the call
+            if answer.decision is not Decision.APPROVE or answer.approved or answer.refusal:
+                return False  # decided (and enforced) inside the call: nobody is asked
+            if answer.approval and answer.approval.status is ApprovalStatus.DENIED:
+                return False  # a person said no to exactly this: the call says so, and why
             control.request_approval(answer.action)
             return True
 
@@ -86,9 +102,18 @@ def guarded_tool(
             with ctrlrun.context(who.agent, who.user):
                 return await base.on_invoke_tool(ctx, input_json)
         except Exception as exc:
-            return answer_for(_cause(exc))
+            cause = _cause(exc)
+            text = answer_for(cause)
+            if isinstance(cause, ctrlrun.Refused):  # the tool did not run: count it
+                brake.refused(getattr(ctx, "usage", ctx), base.name, _parsed(input_json), text)
+            return text
 
     return dataclasses.replace(base, on_invoke_tool=invoke)
+
+
+class RunBraked(ctrlrun.RefusalLoop, AgentsException):
+    """``ctrlrun.RefusalLoop`` as the SDK lets it through: the SDK wraps a tool's other
+    exceptions in its own ``UserError``, but re-raises its own kind as it is."""
 
 
 def answer_for(error: BaseException) -> str:
@@ -103,6 +128,14 @@ def answer_for(error: BaseException) -> str:
         f"The outcome of this call is unknown ({type(error).__name__}); it was recorded and will"
         " be checked. Do not retry it."
     )
+
+
+def _parsed(input_json: str) -> dict[str, Any]:
+    try:
+        value = json.loads(input_json or "{}")
+    except ValueError:
+        return {"raw": input_json}
+    return value if isinstance(value, dict) else {"value": value}
 
 
 def _cause(error: BaseException) -> BaseException:

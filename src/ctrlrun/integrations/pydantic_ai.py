@@ -14,20 +14,24 @@ stays in them. Around each call the wrapper
   then finds the grant and runs once. pydantic-ai's own yes is not a ctrlrun approval: a resumed
   call that ctrlrun still holds for a person (no grant, or arguments an approver edited with
   ``ToolApproved(override_args=…)``) is answered with a denial, never run and never a crash;
-* returns any other refusal as the tool's result (``for_model()`` text), which pydantic-ai does
-  not retry, and an executor error as a result saying whether a retry is safe (FAILED) or not
-  (AMBIGUOUS: ctrlrun refuses the retry anyway).
+* returns any other refusal as the tool's result (``for_model()`` text; a person's denial
+  carries their reason), which pydantic-ai does not retry, and an executor error as a result
+  saying whether a retry is safe (FAILED) or not (AMBIGUOUS: ctrlrun refuses the retry anyway);
+* brakes a model that repeats a refused call: the ``max_refusals``-th identical refused call
+  (same tool, same arguments) in one run (told apart by the run's usage object) raises
+  ``ctrlrun.RefusalLoop`` out of ``agent.run`` instead of answering.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import ctrlrun
 from ctrlrun._time import encode_instant
 from ctrlrun.errors import MissingDependency, NotExecuted
+from ctrlrun.integrations.brake import DEFAULT_REFUSALS, RefusalBrake
 
 try:
     from pydantic_ai import ApprovalRequired as PydanticApprovalRequired
@@ -50,6 +54,11 @@ class CtrlrunToolset(WrapperToolset[Any]):
     """``wrapped``'s tools, called as ``principal(ctx)`` under ctrlrun's answers."""
 
     principal: PrincipalFor | None = None
+    max_refusals: int = DEFAULT_REFUSALS
+    brake: RefusalBrake = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.brake = RefusalBrake(self.max_refusals)
 
     async def call_tool(
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
@@ -62,10 +71,10 @@ class CtrlrunToolset(WrapperToolset[Any]):
                 return await self.wrapped.call_tool(name, tool_args, ctx, tool)
         except ctrlrun.ApprovalRequired as needed:
             if ctx.tool_call_approved:
-                return EDITED
+                return self._refused(ctx, name, tool_args, EDITED)
             raise PydanticApprovalRequired(metadata=_metadata(needed)) from needed
         except ctrlrun.Refused as refused:
-            return refused.for_model()
+            return self._refused(ctx, name, tool_args, refused.for_model())
         except NotExecuted as failed:
             return f"The tool failed and did nothing ({failed}); you may try again."
         except Exception as error:  # the executor's own: its outcome is recorded AMBIGUOUS
@@ -75,6 +84,11 @@ class CtrlrunToolset(WrapperToolset[Any]):
                 f"The outcome of this call is unknown ({type(error).__name__}); it was recorded"
                 " and will be checked. Do not retry it."
             )
+
+    def _refused(self, ctx: RunContext[Any], name: str, args: dict[str, Any], text: str) -> str:
+        """``text``, counted by the brake for this run (``RefusalLoop`` at the limit)."""
+        self.brake.refused(ctx.usage, name, args, text)
+        return text
 
 
 def _metadata(needed: ctrlrun.ApprovalRequired) -> dict[str, Any]:

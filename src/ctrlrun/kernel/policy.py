@@ -29,8 +29,10 @@ from ctrlrun.kernel.policy_model import (
     Condition,
     ControlEntry,
     Decision,
+    Mode,
     Op,
     Rule,
+    check_mode,
 )
 from ctrlrun.kernel.signing import check_public_key
 
@@ -41,6 +43,7 @@ __all__ = [
     "ControlEntry",
     "Decision",
     "Evaluation",
+    "Mode",
     "Op",
     "Policy",
     "Reason",
@@ -187,7 +190,16 @@ class Policy:
     not part of it. A policy that cites no control hashes as it did before controls existed.
     """
 
-    __slots__ = ("_actions", "_approvers", "_controls", "_decided", "_hash", "_notify", "_source")
+    __slots__ = (
+        "_actions",
+        "_approvers",
+        "_controls",
+        "_decided",
+        "_hash",
+        "_mode",
+        "_notify",
+        "_source",
+    )
 
     def __init__(
         self,
@@ -197,10 +209,12 @@ class Policy:
         controls: Iterable[ControlEntry] = (),
         approvers: Mapping[str, str] | None = None,
         notify: Iterable[NotifyTarget] = (),
+        mode: Mode = Mode.ENFORCE,
     ) -> None:
         """Raises ``InvalidArgument`` for a member that is not an ``ActionPolicy``, a name
-        given twice, a control given twice, or an entry or rule citing a control that
-        ``controls`` does not define."""
+        given twice, a control given twice, an entry or rule citing a control that
+        ``controls`` does not define, or a ``mode`` that is not a ``Mode``."""
+        self._mode = check_mode(mode)
         table = _by_name(actions, ActionPolicy, lambda entry: entry.name, "action")
         registry = _by_name(controls, ControlEntry, lambda c: c.control_id, "control")
         self._actions: Mapping[str, ActionPolicy] = MappingProxyType(table)
@@ -259,6 +273,18 @@ class Policy:
         """The webhook targets told of each new approval request (not part of the hash)."""
         return self._notify
 
+    @property
+    def mode(self) -> Mode:
+        """The policy's own mode: what an action without a ``mode`` of its own gets."""
+        return self._mode
+
+    def observes(self, name: str) -> bool:
+        """Whether calls of ``name`` are only observed: the action's ``mode``, else the
+        policy's (an action the policy does not name too)."""
+        entry = self._actions.get(name)
+        mode = entry.mode if entry is not None and entry.mode is not None else self._mode
+        return mode is Mode.OBSERVE
+
     def entry(self, name: str) -> ActionPolicy | None:
         """The entry for the action ``name``, or ``None`` if the policy does not name it."""
         return self._actions.get(name)
@@ -292,6 +318,8 @@ class Policy:
             document["controls"] = {cid: c.to_document() for cid, c in self._controls.items()}
         if self._approvers:
             document["approvers"] = {name: {"key": key} for name, key in self._approvers.items()}
+        if self._mode is not Mode.ENFORCE:
+            document["mode"] = self._mode.value
         return document
 
     @classmethod
@@ -304,12 +332,17 @@ class Policy:
         errors can name them; ``source`` becomes ``PolicyError.path``. Raises ``PolicyError``
         and nothing else.
         """
-        entries, controls, approvers, notify = parse_policy_document(
+        entries, controls, approvers, notify, mode = parse_policy_document(
             data, lines=lines, source=source
         )
         try:
             return cls(
-                entries, source=source, controls=controls, approvers=approvers, notify=notify
+                entries,
+                source=source,
+                controls=controls,
+                approvers=approvers,
+                notify=notify,
+                mode=mode,
             )
         except InvalidArgument as error:  # text with no canonical form (a lone surrogate)
             raise policy_error(error.message, source=source) from error

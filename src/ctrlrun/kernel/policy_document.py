@@ -23,9 +23,11 @@ from ctrlrun.kernel.policy_model import (
     Condition,
     ControlEntry,
     Decision,
+    Mode,
     Rule,
     check_control_ids,
     check_max_attempts,
+    check_mode,
     check_resource_template,
     first_unreachable,
     json_type,
@@ -34,9 +36,13 @@ from ctrlrun.kernel.signing import check_public_key
 from ctrlrun.kernel.template import Template
 
 PolicyParts = tuple[
-    tuple[ActionPolicy, ...], tuple[ControlEntry, ...], dict[str, str], tuple[NotifyTarget, ...]
+    tuple[ActionPolicy, ...],
+    tuple[ControlEntry, ...],
+    dict[str, str],
+    tuple[NotifyTarget, ...],
+    Mode,
 ]
-"""What a policy document holds: entries, controls, approver keys, notify targets."""
+"""What a policy document holds: entries, controls, approver keys, notify targets, mode."""
 
 KeyPath = tuple[str | int, ...]
 """Where a value sits in the document: mapping keys and list indexes, from the top."""
@@ -47,7 +53,7 @@ LineMap = Mapping[KeyPath, int]
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
 
-_TOP_KEYS: Final = ("schema", "actions", "controls", "approvals", "approvers", "notify")
+_TOP_KEYS: Final = ("schema", "mode", "actions", "controls", "approvals", "approvers", "notify")
 _TOP_REQUIRED: Final = ("schema", "actions")
 _ENTRY_KEYS: Final = (
     "decision",
@@ -58,6 +64,7 @@ _ENTRY_KEYS: Final = (
     "description",
     "controls",
     "approval",
+    "mode",
 )
 _RULE_KEYS: Final = ("when", "decision", "controls")
 _CONTROL_KEYS: Final = ("title", "source")
@@ -163,7 +170,8 @@ def parse_policy_document(
         _check_cited(reader, entry, defined)
     approvers = _approvers(reader, top.get("approvers", {}))
     notify = reader.checked(("notify",), parse_targets, top.get("notify", []))
-    return entries, controls, approvers, notify
+    mode = reader.checked(("mode",), check_mode, top.get("mode", Mode.ENFORCE.value))
+    return entries, controls, approvers, notify, mode
 
 
 def _approvers(reader: _Reader, value: object) -> dict[str, str]:
@@ -237,7 +245,14 @@ def _entry(reader: _Reader, name: str, body: object, defaults: ApprovalRules) ->
         description=description,
         controls=_cited_ids(reader, entry, path),
         approval=_approval(reader, entry.get("approval", {}), (*path, "approval"), defaults),
+        mode=_mode(reader, entry, path),
     )
+
+
+def _mode(reader: _Reader, entry: Mapping[str, Any], path: KeyPath) -> Mode | None:
+    if "mode" not in entry:
+        return None
+    return reader.checked((*path, "mode"), check_mode, entry["mode"])
 
 
 def _cited_ids(reader: _Reader, body: Mapping[str, Any], parent: KeyPath) -> tuple[str, ...]:

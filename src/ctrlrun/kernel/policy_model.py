@@ -32,6 +32,20 @@ class Decision(StrEnum):
     DENY = "deny"
 
 
+class Mode(StrEnum):
+    """Whether the policy's answer is enforced, or only recorded beside a call that runs."""
+
+    ENFORCE = "enforce"
+    OBSERVE = "observe"
+
+
+def check_mode(value: object) -> Mode:
+    """``value`` as a ``Mode``; ``InvalidArgument`` naming the two it takes otherwise."""
+    if isinstance(value, str) and value in set(Mode):
+        return Mode(value)
+    raise InvalidArgument(f"mode must be 'enforce' or 'observe', got {value!r}")
+
+
 class Op(StrEnum):
     """A condition's comparison. The numeric four compare integers only."""
 
@@ -296,7 +310,8 @@ class ActionPolicy:
     written controls every decision on this action is taken under. ``description`` is for people
     and is not a decision input. Raises ``InvalidArgument`` for a bad name, both or neither of
     ``decision``/``rules``, a rule after an unconditional one (unreachable), a ``{resource}``
-    inside ``resource``, or ``max_attempts`` below 1.
+    inside ``resource``, or ``max_attempts`` below 1. ``mode`` (None: the policy's) says
+    whether the answer is enforced or only observed (docs/rollout.md).
     """
 
     name: str
@@ -308,9 +323,12 @@ class ActionPolicy:
     description: str | None = None
     controls: tuple[str, ...] = ()
     approval: ApprovalRules = DEFAULT_RULES
+    mode: Mode | None = None
 
     def __post_init__(self) -> None:
         check_action_name(self.name)
+        if self.mode is not None:
+            object.__setattr__(self, "mode", check_mode(self.mode))
         if not isinstance(self.approval, ApprovalRules):
             raise InvalidArgument(f"approval must be ApprovalRules, got {self.approval!r}")
         object.__setattr__(self, "controls", check_control_ids(self.controls))
@@ -356,6 +374,8 @@ class ActionPolicy:
             out["controls"] = list(self.controls)
         if self.approval.to_document():
             out["approval"] = self.approval.to_document()
+        if self.mode is not None:
+            out["mode"] = self.mode.value
         return out
 
 

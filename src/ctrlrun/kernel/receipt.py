@@ -30,6 +30,7 @@ class ReceiptResult(StrEnum):
     AMBIGUOUS = "ambiguous"
     DENIED = "denied"
     BLOCKED = "blocked"
+    OBSERVED = "observed"  # mode: observe: the function ran, nothing was enforced
 
 
 class BreakKind(StrEnum):

@@ -1,8 +1,9 @@
 """What ``ctrlrun stats`` counts, decided purely: the rollup key of a receipt, and the report.
 
 A receipt is counted once, in the hour it finished, under its action, agent, rule, decision,
-result and refusal reason (the exception type its error names, for a call that did not
-commit). The report groups those counts by one dimension and adds the approvals (how many
+result and reason: the exception type its error names, for a call that did not commit; for an
+observed call (``mode: observe``), what enforcement would have done (``would_run`` if
+nothing). The report groups those counts by one dimension and adds the approvals (how many
 were requested, granted, denied, expired, and how long people took) and the AMBIGUOUS effects
 (opened, resolved, still open, and how long they stayed open). Percentiles are nearest-rank.
 """
@@ -88,6 +89,10 @@ def _keyed(document: Mapping[str, Any]) -> tuple[StatsKey, datetime] | None:
     result = str(document.get("result") or "")
     error = document.get("error")
     match = _REASON.match(error) if isinstance(error, str) and result != "committed" else None
+    reason = match.group(1) if match else ""
+    observed = document.get("observed")
+    if result == "observed" and isinstance(observed, Mapping):  # what enforcement would do
+        reason = str(observed.get("would_have") or "would_run")
     key = StatsKey(
         hour_of(finished),
         str(document.get("action") or ""),
@@ -95,7 +100,7 @@ def _keyed(document: Mapping[str, Any]) -> tuple[StatsKey, datetime] | None:
         str(document.get("decision_reason") or ""),
         str(document.get("decision") or ""),
         result,
-        match.group(1) if match else "",
+        reason,
     )
     return key, finished
 
@@ -169,7 +174,7 @@ class Group:
             "calls": self.calls,
             "results": dict(sorted(self.results.items())),
             "decisions": dict(sorted(self.decisions.items())),
-            "not_committed_because": dict(sorted(self.reasons.items())),
+            "reasons": dict(sorted(self.reasons.items())),
         }
 
 

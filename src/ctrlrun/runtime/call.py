@@ -25,6 +25,7 @@ from ctrlrun.kernel.action import Action
 from ctrlrun.kernel.approval import ApprovalRecord
 from ctrlrun.kernel.effect import EffectState
 from ctrlrun.kernel.event import EventDraft, EventType
+from ctrlrun.kernel.observe import Observation
 from ctrlrun.kernel.policy import ActionPolicy, Policy
 from ctrlrun.kernel.receipt import ReceiptDraft, ReceiptResult
 from ctrlrun.kernel.template import Template
@@ -57,6 +58,7 @@ class InFlight:
     started_at: datetime
     pre: tuple[EventDraft, ...]
     policy: Policy  # the one policy that decides this call
+    observed: Observation | None = None  # mode: observe: what enforcement would have done
 
 
 def check_size(action: Action, limit: int) -> None:
@@ -179,7 +181,10 @@ def finish_request(
     *,
     now: datetime,
 ) -> FinishRequest:
-    """The second transaction of ``call``: its outcome, the outcome's event and receipt."""
+    """The second transaction of ``call``: its outcome, the outcome's event and receipt (an
+    observed call's only one: its first events go with it, and no effect record is touched)."""
+    if call.observed is not None:
+        return _observed_request(call, outcome, value, error, now)
     attempt = started.reservation.attempt if started.reservation is not None else None
     draft = outcome_draft(call, started, OUTCOME_RESULTS[outcome], error, now)
     data = {"attempt": attempt} if error is None else {"attempt": attempt, "error": error}
@@ -193,6 +198,31 @@ def finish_request(
         result=value,
         error=error,
         events=(event,),
+    )
+
+
+def _observed_request(
+    call: InFlight, outcome: EffectState, value: Any, error: str | None, now: datetime
+) -> FinishRequest:
+    assert call.observed is not None
+    observed = {**call.observed.to_dict(), "outcome": str(outcome)}
+    draft = receipt_draft(
+        call.action,
+        call.verdict,
+        ReceiptResult.OBSERVED,
+        started_at=call.started_at,
+        finished_at=now,
+        error=error,
+        observed=observed,
+    )
+    data = {"observed": observed} if error is None else {"observed": observed, "error": error}
+    event = EventDraft(OUTCOME_EVENTS[outcome], call.action.action_id, None, data=data)
+    return FinishRequest(
+        action_id=call.action.action_id,
+        receipt=draft,
+        result=value,
+        error=error,
+        events=(*call.pre, event),
     )
 
 

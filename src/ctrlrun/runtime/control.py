@@ -47,6 +47,7 @@ from ctrlrun.kernel.approval import (
     requesters,
 )
 from ctrlrun.kernel.approval_rules import DEFAULT_RULES, ApprovalRules
+from ctrlrun.kernel.call import refusal_before_asking
 from ctrlrun.kernel.effect import DEFAULT_LEASE, EffectState
 from ctrlrun.kernel.event import EventDraft
 from ctrlrun.kernel.policy import ActionPolicy, Decision, Policy
@@ -75,6 +76,7 @@ from ctrlrun.runtime.call import (
 )
 from ctrlrun.runtime.context import current_approval, hold, release
 from ctrlrun.runtime.normalize import build_action, normalized
+from ctrlrun.runtime.observe import NOT_STARTED, begin_observed
 from ctrlrun.runtime.policy_source import PolicySource
 from ctrlrun.runtime.receipts import Verdict, describe, evaluated, proposed, receipt_draft
 from ctrlrun.runtime.reconcile import Reconcile, reconcile_blocked
@@ -188,7 +190,8 @@ class Control:
         """What would happen to this call now, writing nothing: the decision and its rule,
         the effect key and its state, and the approval that decides it (``Assessment``);
         ``ApprovalMismatch`` (``tampered``) if that request's stored action was rewritten."""
-        return assess(self, self.build(name, arguments, principal))
+        policy = self.refresh_policy()
+        return assess(self, build_action(policy, name, dict(arguments), principal), policy)
 
     def execute(
         self,
@@ -307,6 +310,8 @@ class Control:
             policy = self.refresh_policy()
         action = normalized(policy, action)
         started_at = self._clock()
+        if policy.observes(action.name):  # mode: observe: nothing enforced, nothing reserved
+            return begin_observed(self, action, spec, policy, started_at), NOT_STARTED
         entry = policy.entry(action.name)
         key = self._effect_key(action, policy, entry, spec, started_at)
         evaluation = policy.evaluate(action)
@@ -363,20 +368,40 @@ class Control:
         reuse = plan_reuse(found, now=self._clock())
         if reuse.granted is not None:
             return reuse.granted.approval_id
+        self._refuse_before_asking(call, spec)
         if reuse.denied is not None:
+            denied_id = reuse.denied.approval_id
+            why = self.store.denial_reason(denied_id)
             denied = ActionDenied(
                 f"{call.action.name}: a person denied exactly this call"
-                f" ({reuse.denied.approval_id}, by {reuse.denied.approver})",
+                f" ({denied_id}, by {reuse.denied.approver})" + (f": {why}" if why else ""),
                 reason=DenyReason.APPROVAL_DENIED,
                 action_id=call.action.action_id,
+                approver_reason=why,
             )
             self._refuse(call, denied, ReceiptResult.DENIED, denied_event(call, denied))
         self._request_approval(call, entry.approval if entry is not None else DEFAULT_RULES)
 
+    def _refuse_before_asking(self, call: InFlight, spec: CallSpec) -> None:
+        """Nobody is asked about a key that committed, is in progress or is AMBIGUOUS: the
+        call is refused as its reservation would be (recorded, one transaction), with no
+        request, notification or inbox entry. The read is the one ``evaluate`` makes."""
+        if call.effect_key is None:
+            return
+        record = self.store.get_effect(call.effect_key)
+        refusal = refusal_before_asking(
+            record, now=self._clock(), reconcilable=spec.reconcile is not None
+        )
+        if refusal is not None:
+            self._refuse_start(call, refusal)
+
     def request_approval(self, action: Action) -> ApprovalRecord:
         """The pending request for exactly ``action`` (made now, or the one already waiting),
         without running anything: for a framework that pauses before it calls the tool.
-        ``InvalidArgument`` if the policy does not say ``approve`` for it."""
+        ``InvalidArgument`` if the policy does not say ``approve`` for it; the refusal the call
+        would get (``AlreadyCommitted`` with the stored result, ``InProgress``,
+        ``AmbiguousEffect``), with nothing written, if its effect key already committed, is
+        held or is AMBIGUOUS: nobody is asked about what already ran."""
         policy = self.refresh_policy()
         action = normalized(policy, action)
         evaluation = policy.evaluate(action)
@@ -384,6 +409,9 @@ class Control:
             raise InvalidArgument(
                 f"{action.name}: the policy says {evaluation.decision}, not approve"
             )
+        refusal = assess(self, action, policy).refusal
+        if refusal is not None:
+            raise refusal
         verdict = Verdict("approve", evaluation.label, policy.policy_hash, evaluation.controls)
         pre = (proposed(action), evaluated(action, verdict, None))
         call = InFlight(action, verdict, None, self._clock(), pre, policy)

@@ -39,12 +39,13 @@ def receipt_draft(
     approver: str | None = None,
     error: str | None = None,
     signatures: tuple[tuple[str, str], ...] = (),
+    observed: dict[str, Any] | None = None,
 ) -> ReceiptDraft:
     """The receipt document, without the ``seq``/``prev_hash`` the store adds when chaining;
     its canonical text is prepared in parts, with the action's own texts reused. It has a
     ``controls`` key (sorted ids) only when the decision cited controls, and an
     ``approval_signatures`` key (``[{approver, signature}]``) only when the approval was
-    signed."""
+    signed, and an ``observed`` key only for an observed call (``mode: observe``)."""
     fields: dict[str, Any] = {
         "schema": RECEIPT_SCHEMA,
         "receipt_id": new_id("rcp"),
@@ -71,6 +72,8 @@ def receipt_draft(
         fields["controls"] = list(verdict.controls)
     if signatures:
         fields["approval_signatures"] = [{"approver": a, "signature": s} for a, s in signatures]
+    if observed is not None:
+        fields["observed"] = observed
     texts = {"arguments": action.arguments_text, "principal": action.principal.text}
     return ReceiptDraft(fields, texts)
 

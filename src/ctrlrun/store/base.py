@@ -18,6 +18,7 @@ here (Postgres folds the protected call's transactions into one message each,
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
@@ -216,6 +217,12 @@ class SQLStore:
         """See ``StateStore.find_approvals``."""
         rows = self._rows("approval_find", {"action_hash": action_hash, "policy_hash": policy_hash})
         return tuple(codec.approval_from_row(row, self._read_ts) for row in rows)
+
+    def denial_reason(self, approval_id: str) -> str | None:
+        """See ``StateStore.denial_reason``."""
+        rows = self._rows("event_denial_reason", {"approval_id": approval_id})
+        reason = json.loads(rows[0]["data_json"]).get("reason") if rows else None
+        return None if reason is None else str(reason)
 
     def events(self, action_id: str | None = None) -> tuple[Event, ...]:
         """See ``StateStore.events``."""

@@ -215,6 +215,11 @@ class StateStore(Protocol):
         ``policy_hash``, oldest first (any status)."""
         ...
 
+    def denial_reason(self, approval_id: str) -> str | None:
+        """The reason given when ``approval_id`` was denied (its ``APPROVAL_DENIED`` event);
+        None if it was not denied or no reason was given."""
+        ...
+
     def events(self, action_id: str | None = None) -> tuple[Event, ...]:
         """Events in append order, optionally only one action's."""
         ...

@@ -106,6 +106,13 @@ FROM events ORDER BY event_id;
 SELECT event_id, ts, type, action_id, effect_key, approval_id, data_json
 FROM events WHERE action_id = :action_id ORDER BY event_id;
 
+-- name: event_denial_reason
+-- The latest denial of one request (its reason, if given): read backwards from the
+-- newest event, only on the path of a call a person denied.
+SELECT data_json FROM events
+WHERE approval_id = :approval_id AND type = 'APPROVAL_DENIED'
+ORDER BY event_id DESC LIMIT 1;
+
 -- name: chain_head_lock
 SELECT seq, hash FROM receipt_chain WHERE id = 1;
 

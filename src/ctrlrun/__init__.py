@@ -52,10 +52,12 @@ from ctrlrun.kernel.action import Action, Principal
 from ctrlrun.kernel.approval import ApprovalRecord, ApprovalStatus
 from ctrlrun.kernel.effect import EffectRecord, EffectState, idempotency_token_for
 from ctrlrun.kernel.event import Event, EventType
+from ctrlrun.kernel.held import HeldCheck, HeldStatus
 from ctrlrun.kernel.policy import Decision, Policy
 from ctrlrun.kernel.receipt import BreakKind, ChainReport, Receipt, ReceiptResult, verify_chain
 from ctrlrun.runtime.context import context, idempotency_token, with_approval
 from ctrlrun.runtime.control import Control
+from ctrlrun.runtime.held import check_held_receipts
 from ctrlrun.runtime.protect import protect, set_default_control
 from ctrlrun.runtime.sinks import JSONLSink, Sink
 from ctrlrun.store.protocol import StateStore
@@ -86,6 +88,8 @@ __all__ = [
     "EffectTemplateChanged",
     "Event",
     "EventType",
+    "HeldCheck",
+    "HeldStatus",
     "InProgress",
     "InvalidArgument",
     "JSONLSink",
@@ -111,6 +115,7 @@ __all__ = [
     "WriteFailed",
     "__version__",
     "canonical_bytes",
+    "check_held_receipts",
     "context",
     "idempotency_token",
     "idempotency_token_for",

@@ -40,10 +40,13 @@ def receiver(monkeypatch):
 
 
 @pytest.fixture
-def control(backend, receiver):
-    return Control(
-        load_policy_text(POLICY.format(url=receiver.url)), backend.store, clock=backend.clock
-    )
+def policy(receiver):
+    return load_policy_text(POLICY.format(url=receiver.url))
+
+
+@pytest.fixture
+def control(backend, policy):
+    return Control(policy, backend.store, clock=backend.clock)
 
 
 @pytest.fixture
@@ -61,7 +64,7 @@ def ask(delete, name="prod"):
     return needed.value
 
 
-def test_a_request_is_delivered_signed_once_per_target(backend, receiver, delete):
+def test_a_request_is_delivered_signed_once_per_target(backend, policy, receiver, delete):
     needed = ask(delete)
     assert ask(delete).request_id == needed.request_id  # a retry notifies nobody again
     messages = Outbox(backend.store).list()
@@ -69,7 +72,7 @@ def test_a_request_is_delivered_signed_once_per_target(backend, receiver, delete
         f"{needed.request_id}/chat",
         f"{needed.request_id}/ops",
     ]
-    dispatcher = notification_dispatcher(backend.store)
+    dispatcher = notification_dispatcher(backend.store, targets=policy)
     deliveries = dispatcher.run_once()
     assert {d.status for d in deliveries} == {MessageStatus.SENT}
     assert dispatcher.run_once() == ()
@@ -86,10 +89,10 @@ def test_a_request_is_delivered_signed_once_per_target(backend, receiver, delete
     assert ids == {m.token for m in messages}
 
 
-def test_an_unknown_outcome_is_sent_again_with_the_same_id(backend, receiver, delete):
+def test_an_unknown_outcome_is_sent_again_with_the_same_id(backend, policy, receiver, delete):
     ask(delete)
     receiver.statuses = [503, 503]
-    dispatcher = notification_dispatcher(backend.store)
+    dispatcher = notification_dispatcher(backend.store, targets=policy)
     first = dispatcher.run_once()
     assert {d.status for d in first} == {MessageStatus.PENDING}
     backend.pass_time(timedelta(minutes=10))
@@ -100,17 +103,17 @@ def test_an_unknown_outcome_is_sent_again_with_the_same_id(backend, receiver, de
     assert sorted(by_id.values()) == [2, 2]
 
 
-def test_a_refusal_fails_the_message_without_retrying(backend, receiver, delete):
+def test_a_refusal_fails_the_message_without_retrying(backend, policy, receiver, delete):
     ask(delete)
     receiver.statuses = [400, 200]
-    deliveries = notification_dispatcher(backend.store).run_once()
+    deliveries = notification_dispatcher(backend.store, targets=policy).run_once()
     assert sorted(d.status for d in deliveries) == [MessageStatus.FAILED, MessageStatus.SENT]
 
 
-def test_a_missing_secret_sends_nothing_and_waits(backend, receiver, delete, monkeypatch):
+def test_a_missing_secret_sends_nothing_and_waits(backend, policy, receiver, delete, monkeypatch):
     ask(delete)
     monkeypatch.delenv("CTRLRUN_TEST_WEBHOOK_SECRET")
-    deliveries = notification_dispatcher(backend.store).run_once()
+    deliveries = notification_dispatcher(backend.store, targets=policy).run_once()
     assert {d.status for d in deliveries} == {MessageStatus.PENDING} and receiver.received == []
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from ctrlrun.config import load_policy_file
 from ctrlrun.durable.notify import notification_dispatcher
 from ctrlrun.durable.outbox import Outbox
 from ctrlrun.kernel.outbox import MessageStatus
@@ -107,7 +108,9 @@ def test_an_agent_killed_right_after_its_request_still_gets_it_delivered(
 ):
     approval_id = agent_asks(tmp_path, policy, backend)
     assert approval_id.startswith("apr_")
-    [delivery] = notification_dispatcher(backend.fresh()).run_once()
+    [delivery] = notification_dispatcher(
+        backend.fresh(), targets=load_policy_file(policy)
+    ).run_once()
     assert delivery.status is MessageStatus.SENT
     [received] = receiver.received
     assert received.verified and received.body["data"]["approval_id"] == approval_id
@@ -118,7 +121,7 @@ def test_a_dispatcher_killed_mid_delivery_is_redelivered_with_the_same_id(
 ):
     agent_asks(tmp_path, policy, backend)
     receiver.hold = threading.Event()
-    env = {**os.environ, "CTRLRUN_TEST_WEBHOOK_SECRET": SECRET}
+    env = {**os.environ, "CTRLRUN_TEST_WEBHOOK_SECRET": SECRET, "CTRLRUN_CONFIG": str(policy)}
     dispatcher = subprocess.Popen(
         [
             str(Path(sys.executable).with_name("ctrlrun")),
@@ -144,7 +147,9 @@ def test_a_dispatcher_killed_mid_delivery_is_redelivered_with_the_same_id(
     assert message.status is MessageStatus.PROCESSING and message.attempts == 1
     backend.lapse("outbox", "message_id", message.message_id, "lease_expires_at")
     receiver.hold = None
-    [delivery] = notification_dispatcher(backend.fresh()).run_once()
+    [delivery] = notification_dispatcher(
+        backend.fresh(), targets=load_policy_file(policy)
+    ).run_once()
     assert delivery.status is MessageStatus.SENT and delivery.attempts == 2
     first, second = receiver.received
     assert first.headers["webhook-id"] == second.headers["webhook-id"] == message.token

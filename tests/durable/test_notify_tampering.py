@@ -48,7 +48,7 @@ def test_a_rewritten_notification_is_sent_as_tampered(backend, receiver):
         "UPDATE {t}outbox SET payload_json = replace(payload_json, :real, :shown)",
         {"real": '"arguments":{"name":"prod"}', "shown": '"arguments":{"name":"scratch"}'},
     )
-    deliveries = notification_dispatcher(backend.store).run_once()
+    deliveries = notification_dispatcher(backend.store, targets=policy).run_once()
     assert {d.status for d in deliveries} == {MessageStatus.SENT}
     standard, slack = sorted(receiver.received, key=lambda r: "text" in r.body)
     assert standard.body["type"] == "approval.tampered"

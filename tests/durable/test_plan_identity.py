@@ -72,8 +72,10 @@ def test_an_unsigned_or_mis_signed_approval_runs_nothing(inventory, runner, appr
     assert Plans(inventory.store).get(plan.plan_id).status is PlanStatus.APPROVED
 
 
-def test_the_proposer_cannot_approve_its_own_plan(inventory, runner):
-    plan = propose_and_approve(inventory.store, "alice")
+@pytest.mark.parametrize("proposer", ["alice", "Alice ", "\u0430lice"], ids=ascii)
+def test_the_proposer_cannot_approve_its_own_plan(inventory, runner, proposer):
+    # one identity however it is spelled: case, a trailing space, Cyrillic U+0430 (kernel.identity)
+    plan = propose_and_approve(inventory.store, proposer)
     with pytest.raises(PlanRefused) as refused:
         runner.run(plan.plan_id)
     assert refused.value.reason is PlanReason.REQUESTER

@@ -24,6 +24,7 @@ from support.broken_stores import (
     CommitsWhatRaised,
     ConsumesBeforeReserving,
     ConsumesTwice,
+    CountsAStaleQuorum,
     DropsResultsThatAreNotJson,
     FailsTheHolderOnRefusal,
     FencesOnClose,
@@ -152,6 +153,13 @@ FIXTURES = {
             "consume-cross-process",
             "of 8 processes consumed one approval",
             ConsumesTwice,
+            in_children=True,
+        ),
+        Fixture(
+            "counts-a-stale-quorum-in-children",
+            "quorum-cross-process",
+            "2-of-8: 8 grants were accepted and the request is pending",
+            CountsAStaleQuorum,
             in_children=True,
         ),
         Fixture(

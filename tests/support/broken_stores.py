@@ -347,6 +347,23 @@ class AcceptsAnyApproverName(Delegate):
         return self.inner.grant_approval(approval_id, approver.replace("\n", " "), *args, **kwargs)
 
 
+class CountsAStaleQuorum(Delegate):
+    """Counts a grant against the grants it saw before any simultaneous one landed (none):
+    an M-of-N grant is stored, and the request never completes (the count read unlocked)."""
+
+    def grant_approval(self, approval_id, approver, signature=None):
+        record = self.inner.get_approval(approval_id)
+        if record is None or record.required == 1 or record.status is not ApprovalStatus.PENDING:
+            return self.inner.grant_approval(approval_id, approver, signature)
+
+        def insert(txn):
+            grant = {"approval_id": approval_id, "approver": approver, "signature": signature}
+            txn.run("approval_grant_insert", {**grant, "granted_at": txn.ts(txn.now)})
+
+        self.inner.transact(insert)
+        return self.inner.get_approval(approval_id)
+
+
 class ListsOnlyPending(Delegate):
     """Lists only pending requests when asked for all of them."""
 

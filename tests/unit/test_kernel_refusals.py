@@ -17,7 +17,7 @@ from ctrlrun.kernel.approval_rules import (
     parse_duration,
     render_duration,
 )
-from ctrlrun.kernel.notify import BodyFormat, NotifyTarget, parse_targets
+from ctrlrun.kernel.notify import BodyFormat, NotifyKind, NotifyTarget, parse_targets
 from ctrlrun.kernel.policy_model import ActionPolicy
 from ctrlrun.kernel.signing import check_public_key, generate, public_key_text
 
@@ -106,6 +106,9 @@ class TestNotifyTargets:
             ([{**TARGET, "retries": 3}], "unknown notify key"),
             ([{**TARGET, "format": "teams"}], "format is standard or slack"),
             ([TARGET, TARGET], "names must be unique"),
+            ([{**TARGET, "events": ["approved"]}], "events is a list of approval, ambiguous"),
+            ([{**TARGET, "events": "ambiguous"}], "events is a list of"),
+            ([{**TARGET, "events": []}], "at least one event"),
         ],
     )
     def test_the_policy_list_refuses_bad_entries(self, value, message):
@@ -115,6 +118,9 @@ class TestNotifyTargets:
     def test_a_good_list_parses_with_its_format(self):
         (target,) = parse_targets([{**TARGET, "format": "slack"}])
         assert target.format is BodyFormat.SLACK and target.to_dict()["format"] == "slack"
+        assert target.events == (NotifyKind.APPROVAL,)  # the default: approvals only
+        (both,) = parse_targets([{**TARGET, "events": ["ambiguous", "approval", "ambiguous"]}])
+        assert both.events == (NotifyKind.AMBIGUOUS, NotifyKind.APPROVAL)
 
 
 class TestSigningKeys:

@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 import click
 
 from ctrlrun.cli.common import checked_store_url, error_text, say_lines
+from ctrlrun.cli.replication import replication_of, text_line, with_replication
 from ctrlrun.display import escape_text
 from ctrlrun.errors import CtrlrunError
 from ctrlrun.store.url import parse_store_url
@@ -98,10 +99,16 @@ def conformance(
     except CtrlrunError as exc:
         refuse(exc.message)
     report = run(backend, only=names, processes=processes, progress=_live(progress))
+    replication = replication_of(store_url)
     if as_json:
-        for line in report.to_json().split("\n"):  # indented JSON: escape each line
+        shown = report.to_json()
+        if replication is not None:
+            shown = with_replication(shown, replication)
+        for line in shown.split("\n"):  # indented JSON: escape each line
             click.echo(escape_text(line, json=True))
     else:
+        if replication is not None:  # first: the summary stays the last line
+            say_lines(text_line(replication))
         say_lines(report.to_text())
     raise click.exceptions.Exit(0 if report.ok else 1)
 

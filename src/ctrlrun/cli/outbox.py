@@ -17,6 +17,7 @@ from ctrlrun.cli.durable_common import (
     store_option,
     table,
 )
+from ctrlrun.kernel.notify import shown_payload
 from ctrlrun.kernel.outbox import Message, MessageStatus
 
 HEADERS = ("MESSAGE", "STATUS", "TOPIC", "ATTEMPTS", "NEXT ATTEMPT", "KEY", "LAST ERROR")
@@ -36,8 +37,10 @@ def _outbox(store_url: str | None, *, writing: bool = False) -> Any:
 
 
 def message_document(message: Message) -> dict[str, Any]:
-    """The ``--json`` form of one message (its idempotency token included)."""
-    return {**dataclasses.asdict(message), "token": message.token}
+    """The ``--json`` form of one message (its idempotency token included; a notification's
+    target by name only: ``shown_payload``)."""
+    document = {**dataclasses.asdict(message), "token": message.token}
+    return {**document, "payload": shown_payload(message.topic, message.payload)}
 
 
 def _row(message: Message) -> tuple[str, ...]:
@@ -102,7 +105,7 @@ def show_message(message_id: str, as_json: bool, store_url: str | None) -> None:
         ("created", when(message.created_at)),
         ("finished", when(message.finished_at)),
         ("error", message.last_error or "-"),
-        ("payload", compact(message.payload)),
+        ("payload", compact(shown_payload(message.topic, message.payload))),
     ]
     for name, value in lines:
         say(f"{name:<10}{value}")

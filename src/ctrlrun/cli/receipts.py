@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import IO, Any, Final
 
 import click
 
@@ -16,6 +16,7 @@ from ctrlrun.cli.common import (
     table,
     who,
 )
+from ctrlrun.cli.held import check_file
 from ctrlrun.kernel.policy import Policy
 from ctrlrun.kernel.receipt import ChainReport, Receipt
 from ctrlrun.store.protocol import StateStore
@@ -100,16 +101,38 @@ def receipt_row(receipt: Receipt) -> tuple[str, ...]:
     metavar="ID",
     help="Only receipts citing this control id (a filter: no match lists nothing).",
 )
+@click.option(
+    "--check",
+    "held",
+    type=click.File("r", encoding="utf-8"),
+    metavar="FILE|-",
+    help="Check receipts you hold (JSON lines, as JSONLSink or --json wrote them) against the"
+    " store: present and identical, missing, or replaced; exit 1 unless all are present.",
+)
 @store_url_option
 def receipts(
-    last: int | None, as_json: bool, verify: bool, control: str | None, store_url: str | None
+    *,
+    last: int | None,
+    as_json: bool,
+    verify: bool,
+    control: str | None,
+    held: IO[str] | None,
+    store_url: str | None,
 ) -> None:
     """Receipts in chain order (rows without a seq last).
 
     With --control ID, only the receipts of decisions taken under that control. With
     --verify-chain, walk the whole chain and print each break as `seq N  kind` (`seq -` for a
-    row outside the chain); exit 1 if there is any.
+    row outside the chain); exit 1 if there is any. With --check FILE (or - for stdin), judge
+    each held receipt: what an auditor does after a failover, where a lost tail leaves the
+    chain intact.
     """
+    if held is not None:
+        if verify or last is not None or control is not None:
+            raise click.UsageError("--check takes no --verify-chain, --last or --control")
+        with existing_store(store_url) as store:
+            check_file(store, held, as_json=as_json)
+        return
     if verify and last is not None:
         raise click.UsageError("--last limits the listing; --verify-chain checks every receipt")
     if verify and control is not None:

@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 import click
 
 from ctrlrun.cli.common import error_text, say_lines
+from ctrlrun.cli.replication import replication_of, text_line, with_replication
 from ctrlrun.config import load_policy_file
 from ctrlrun.display import escape_text
 from ctrlrun.errors import CtrlrunError
@@ -91,9 +92,15 @@ def verify(  # noqa: PLR0917 - click passes one argument per option
         refuse(f"verify's own error: {type(exc).__name__}: {exc}", 3)
     if junit:
         Path(junit).write_text(report.to_junit(), encoding="utf-8")
+    replication = replication_of(store_url)
     if as_json:
-        for line in report.to_json().split("\n"):  # indented JSON: escape each line
+        shown = report.to_json()
+        if replication is not None:
+            shown = with_replication(shown, replication)
+        for line in shown.split("\n"):  # indented JSON: escape each line
             click.echo(escape_text(line, json=True))
     else:
+        if replication is not None:  # first: the summary stays the last line
+            say_lines(text_line(replication))
         say_lines(report.to_text())
     raise click.exceptions.Exit(report.exit_code)

@@ -12,7 +12,14 @@ from ctrlrun.durable.operations import Operations
 from ctrlrun.durable.outbox import Outbox
 from ctrlrun.durable.plans import Plans
 from ctrlrun.durable.runner import PlanOutcome, PlanRunner, StepContext, Steps
-from ctrlrun.errors import ClaimLost, OperationInFlight, PlanReason, PlanRefused, Undeliverable
+from ctrlrun.errors import (
+    ClaimLost,
+    NotifyReason,
+    OperationInFlight,
+    PlanReason,
+    PlanRefused,
+    Undeliverable,
+)
 from ctrlrun.kernel.operation import Operation, OperationStatus, PollResult, PollState
 from ctrlrun.kernel.outbox import Backoff, Message, MessageStatus, OnUnknown, Outcome
 from ctrlrun.kernel.plan import PlanRecord, PlanStatus, PlanStep, StepRecord, StepResult
@@ -24,6 +31,7 @@ __all__ = [
     "Dispatcher",
     "Message",
     "MessageStatus",
+    "NotifyReason",
     "OnUnknown",
     "Operation",
     "OperationInFlight",

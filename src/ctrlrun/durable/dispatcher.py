@@ -50,6 +50,7 @@ class Delivery:
     outcome: Outcome
     status: MessageStatus | None
     error: str | None = None
+    token: str = ""  # the message's stable token: the webhook-id a receiver sees
 
     @property
     def fenced(self) -> bool:
@@ -164,5 +165,7 @@ class Dispatcher:
             status = self.store.transact(work)
         except ClaimLost as lost:
             log.warning("ctrlrun: %s (outcome %s not recorded)", lost, outcome)
-            return Delivery(message.message_id, message.attempts, outcome, None, error)
-        return Delivery(message.message_id, message.attempts, outcome, status, error)
+            return Delivery(
+                message.message_id, message.attempts, outcome, None, error, message.token
+            )
+        return Delivery(message.message_id, message.attempts, outcome, status, error, message.token)

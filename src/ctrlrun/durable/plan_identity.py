@@ -6,6 +6,7 @@ user that proposed the plan cannot be the one who approved it."""
 from __future__ import annotations
 
 from ctrlrun.errors import PlanReason, PlanRefused
+from ctrlrun.kernel.identity import identities, identity_key
 from ctrlrun.kernel.plan import PlanRecord
 from ctrlrun.kernel.policy import Policy
 from ctrlrun.kernel.signing import plan_grant_message, verify
@@ -21,7 +22,8 @@ def plan_approval_refusal(record: PlanRecord, policy: Policy) -> PlanRefused | N
         (entry := policy.entry(step.action)) is not None and entry.approval.distinct_from_requester
         for step in record.steps
     )
-    if distinct and approver in (record.agent, record.user):
+    proposers = identities(name for name in (record.agent, record.user) if name)
+    if distinct and identity_key(approver) in proposers:
         return PlanRefused(
             f"plan {record.plan_id} was approved by {approver!r}, who proposed it",
             reason=PlanReason.REQUESTER,

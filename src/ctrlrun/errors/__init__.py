@@ -57,11 +57,13 @@ from ctrlrun.errors.documents import (
 )
 from ctrlrun.errors.durable import (
     ClaimLost,
+    NotifyReason,
     OperationInFlight,
     PlanReason,
     PlanRefused,
     Undeliverable,
 )
+from ctrlrun.errors.replication import ReplicationReason, ReplicationRefused, StaleTimeline
 
 __all__ = [
     "ActionDenied",
@@ -87,6 +89,7 @@ __all__ = [
     "MismatchReason",
     "MissingDependency",
     "NotExecuted",
+    "NotifyReason",
     "OperationInFlight",
     "OutcomeUnrecorded",
     "PlanReason",
@@ -96,7 +99,10 @@ __all__ = [
     "ProtectionMismatch",
     "RefusalLoop",
     "Refused",
+    "ReplicationReason",
+    "ReplicationRefused",
     "SchemaMismatch",
+    "StaleTimeline",
     "StoreError",
     "StoreNotFound",
     "Undeliverable",

@@ -508,6 +508,7 @@ class AmbiguityReason(StrEnum):
     REREAD_FAILED = "reread_failed"  # the re-read itself failed
     REISSUE_UNKNOWN = "reissue_unknown"  # the one re-issue was lost at COMMIT too
     UNRECOGNISED = "unrecognised"  # the re-read found a row that is neither ours nor before
+    UNREPLICATED = "unreplicated"  # it committed on the primary; its replication is unconfirmed
 
 
 class AmbiguousWrite(StoreError):

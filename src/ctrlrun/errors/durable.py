@@ -16,6 +16,14 @@ class Undeliverable(NotExecuted):
         super().__init__(message, **fields)
 
 
+class NotifyReason(StrEnum):
+    """Why a notification was not sent to the target its message names (``Undeliverable``'s
+    ``reason``; the message is FAILED with it in its error)."""
+
+    UNKNOWN_TARGET = "unknown_target"  # the policy's notify: does not name the target
+    NOT_SUBSCRIBED = "not_subscribed"  # the target is no longer told of this kind of event
+
+
 class ClaimLost(Refused):
     """A fenced write matched no row: this worker's claim was reclaimed, or the work moved on.
 

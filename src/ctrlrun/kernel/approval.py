@@ -23,6 +23,7 @@ from ctrlrun.errors import (
     MismatchReason,
     Refused,
 )
+from ctrlrun.kernel.identity import identities, identity_key
 from ctrlrun.kernel.notify import NotifyTarget
 
 DEFAULT_APPROVAL_TTL: Final = timedelta(minutes=15)
@@ -192,25 +193,30 @@ def plan_grant(
 ) -> tuple[Refused | None, bool]:
     """May ``approver`` add a grant to pending ``record`` that already has ``grants``? The
     refusal (the requester itself, or a second grant by one approver), else whether this
-    grant completes it (GRANTED)."""
-    if approver in record.excluded:
-        detail = f"cannot be granted by {approver!r}, who asked for it"
+    grant completes it (GRANTED). Names are compared as identities (``kernel.identity``):
+    ``'Support-Bot '`` or a look-alike in another script is the requester ``support-bot``."""
+    key = identity_key(approver)
+    if key in identities(record.excluded):
+        detail = f"cannot be granted by {approver!r}, who asked for it (one identity)"
         return _mismatch(record.approval_id, MismatchReason.REQUESTER, detail), False
-    if any(g.approver == approver for g in grants):
-        detail = f"was already granted by {approver!r}: another approver must grant it"
-        return _mismatch(record.approval_id, MismatchReason.ANSWERED, detail), False
-    return None, len({g.approver for g in grants} | {approver}) >= record.required
+    if key in identities(g.approver for g in grants):
+        detail = f"was already granted by {approver!r} (one identity): another approver must"
+        return _mismatch(record.approval_id, MismatchReason.ANSWERED, detail + " grant it"), False
+    return None, len(identities(g.approver for g in grants) | {key}) >= record.required
 
 
 def plan_quorum(
     approval_id: str, grants: Sequence[Grant], *, required: int, excluded: Sequence[str]
 ) -> Refused | None:
     """At consumption, under the policy the call runs under: are there ``required`` distinct
-    approvers among ``grants``, none of them ``excluded``? The refusal if not."""
-    named = {g.approver for g in grants}
-    if named & set(excluded):
-        detail = f"was granted by the requester ({', '.join(sorted(named & set(excluded)))})"
+    identities among the approvers of ``grants``, none of them an ``excluded`` one? The
+    refusal if not (identities as ``kernel.identity`` defines them)."""
+    barred = identities(excluded)
+    by_requester = sorted({g.approver for g in grants if identity_key(g.approver) in barred})
+    if by_requester:
+        detail = f"was granted by the requester ({', '.join(by_requester)})"
         return _mismatch(approval_id, MismatchReason.REQUESTER, detail)
+    named = identities(g.approver for g in grants)
     if len(named) < required:
         detail = f"has {len(named)} of the {required} distinct approvals it needs"
         return _mismatch(approval_id, MismatchReason.PENDING, detail)

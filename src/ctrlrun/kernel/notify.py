@@ -1,28 +1,43 @@
-"""Who is told that an approval waits: webhook targets, and the message each one gets.
+"""Who is told, and of what: webhook targets, and the outbox message each event leaves.
 
-A policy's ``notify:`` section names targets; each new approval request enqueues one outbox
-message per target in the same transaction as the request, so a crash loses neither. The
-dispatcher (``ctrlrun notify``) POSTs them signed per Standard Webhooks. Targets are not
-decision inputs: they are not part of the policy hash. Pure values; no I/O here.
+A policy's ``notify:`` section names targets and the kinds of event each wants
+(``approval``: a new approval request; ``ambiguous``: an effect whose outcome is unknown).
+Each such event enqueues one outbox message per target in the same transaction as the event,
+so a crash loses neither. The message names its target and carries the event's facts, and
+nothing else: the URL, the format and the signing secret's variable come from the policy the
+dispatcher loads at delivery (``ctrlrun notify``), never from the store, so a store writer can
+neither redirect a message nor choose what signs it. Targets are not decision inputs: they are
+not part of the policy hash. Pure values; no I/O here.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
 from enum import StrEnum
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-from ctrlrun._time import encode_instant
 from ctrlrun.errors import InvalidArgument
-from ctrlrun.kernel.action import recomputed_hash
 
 TOPIC: Final = "ctrlrun.approval.requested"
+AMBIGUOUS_TOPIC: Final = "ctrlrun.effect.ambiguous"
+TOPICS: Final = (TOPIC, AMBIGUOUS_TOPIC)
 EVENT_TYPE: Final = "approval.requested"
+AMBIGUOUS_EVENT_TYPE: Final = "effect.ambiguous"
 _NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _ENV: Final = re.compile(r"[A-Z_][A-Z0-9_]{0,127}")
+
+
+class NotifyKind(StrEnum):
+    """What a target is told of (``events:``; default ``[approval]``)."""
+
+    APPROVAL = "approval"  # a new approval request
+    AMBIGUOUS = "ambiguous"  # a new AMBIGUOUS effect: a person must find out what happened
+
+
+TOPIC_OF: Final = {NotifyKind.APPROVAL: TOPIC, NotifyKind.AMBIGUOUS: AMBIGUOUS_TOPIC}
 
 
 class BodyFormat(StrEnum):
@@ -36,12 +51,14 @@ class BodyFormat(StrEnum):
 class NotifyTarget:
     """One webhook: ``name`` (unique in the policy), ``url`` (http or https), the environment
     variable holding its Standard Webhooks secret (``whsec_…``; read by the dispatcher,
-    never stored), and its body ``format``."""
+    never stored), its body ``format`` and the ``events`` it is told of. Only ``name`` is
+    ever written to the store."""
 
     name: str
     url: str
     secret_env: str
     format: BodyFormat = BodyFormat.STANDARD
+    events: tuple[NotifyKind, ...] = (NotifyKind.APPROVAL,)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
@@ -56,105 +73,99 @@ class NotifyTarget:
                 f"secret_env names an environment variable (A-Z, 0-9, _), got {self.secret_env!r}"
             )
         object.__setattr__(self, "format", BodyFormat(self.format))
+        kinds = tuple(dict.fromkeys(NotifyKind(kind) for kind in self.events))
+        if not kinds:
+            raise InvalidArgument(f"notify target {self.name!r} must name at least one event")
+        object.__setattr__(self, "events", kinds)
 
-    def to_dict(self) -> dict[str, str]:
-        """The target as the outbox message carries it."""
+    def to_dict(self) -> dict[str, Any]:
+        """The target as the policy states it (for showing the policy; a message in the store
+        carries the ``name`` alone)."""
         return {
             "name": self.name,
             "url": self.url,
             "secret_env": self.secret_env,
             "format": self.format.value,
+            "events": [kind.value for kind in self.events],
         }
+
+    def wants(self, kind: NotifyKind) -> bool:
+        """Whether this target is told of ``kind``."""
+        return kind in self.events
+
+
+_TARGET_KEYS: Final = ("name", "url", "secret_env", "format", "events")
 
 
 def parse_targets(value: object) -> tuple[NotifyTarget, ...]:
-    """The ``notify:`` list of a policy: ``[{name, url, secret_env, format?}]``."""
+    """The ``notify:`` list of a policy: ``[{name, url, secret_env, format?, events?}]``."""
     if not isinstance(value, list):
         raise InvalidArgument("notify is a list of targets ({name, url, secret_env, format})")
-    targets = []
-    for item in value:
-        if not isinstance(item, dict) or not {"name", "url", "secret_env"} <= set(item):
-            raise InvalidArgument("each notify target needs name, url and secret_env")
-        unknown = set(item) - {"name", "url", "secret_env", "format"}
-        if unknown:
-            raise InvalidArgument(f"unknown notify key(s): {', '.join(sorted(unknown))}")
-        try:
-            form = BodyFormat(item.get("format", "standard"))
-        except ValueError as exc:
-            raise InvalidArgument(
-                f"format is standard or slack, got {item.get('format')!r}"
-            ) from exc
-        targets.append(NotifyTarget(item["name"], item["url"], item["secret_env"], form))
+    targets = [_target(item) for item in value]
     names = [t.name for t in targets]
     if len(set(names)) != len(names):
         raise InvalidArgument("notify target names must be unique")
     return tuple(targets)
 
 
-_ACTION_KEYS: Final = ("name", "arguments", "principal", "resource", "environment")
-TAMPERED_TYPE: Final = "approval.tampered"
+def _target(item: object) -> NotifyTarget:
+    if not isinstance(item, dict) or not {"name", "url", "secret_env"} <= set(item):
+        raise InvalidArgument("each notify target needs name, url and secret_env")
+    unknown = set(item) - set(_TARGET_KEYS)
+    if unknown:
+        raise InvalidArgument(f"unknown notify key(s): {', '.join(sorted(unknown))}")
+    try:
+        form = BodyFormat(item.get("format", "standard"))
+    except ValueError as exc:
+        raise InvalidArgument(f"format is standard or slack, got {item.get('format')!r}") from exc
+    events = item.get("events", [NotifyKind.APPROVAL.value])
+    kinds = ", ".join(kind.value for kind in NotifyKind)
+    known = {kind.value for kind in NotifyKind}
+    if not isinstance(events, list) or not all(isinstance(e, str) and e in known for e in events):
+        raise InvalidArgument(f"events is a list of {kinds}; got {events!r}")
+    return NotifyTarget(item["name"], item["url"], item["secret_env"], form, tuple(events))
 
 
-def checked_event(event: dict[str, Any]) -> dict[str, Any]:
-    """``event`` if its action still hashes to the ``action_hash`` it names; otherwise a
-    ``approval.tampered`` event that shows no action (what it would show is not what a grant
-    binds), only the request, both hashes and a warning for a person."""
-    data = event.get("data") or {}
-    found = recomputed_hash(data.get("action") or {})
-    if found is not None and found == data.get("action_hash"):
-        return event
-    return {
-        "type": TAMPERED_TYPE,
-        "timestamp": event.get("timestamp"),
-        "data": {
-            "approval_id": data.get("approval_id"),
-            "action_hash": data.get("action_hash"),
-            "recomputed_hash": found,
-            "summary": (
-                "TAMPERED: this notification's action does not hash to the action the request"
-                " binds; do not approve it"
-            ),
-        },
-    }
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """One outbox message to enqueue with the event it tells of: the ``topic``, the payload
+    (the target's name and the event) and its ``dedupe_key``."""
+
+    topic: str
+    payload: dict[str, Any]
+    dedupe_key: str
 
 
-def approval_event(
-    *,
-    approval_id: str,
-    action: dict[str, Any],
-    action_hash: str,
-    policy_hash: str,
-    expires_at: datetime,
-    summary: str,
-    created_at: datetime,
-) -> dict[str, Any]:
-    """The event a target receives for a new approval request (Standard Webhooks shape:
-    ``type``, ``timestamp``, ``data``)."""
-    return {
-        "type": EVENT_TYPE,
-        "timestamp": encode_instant(created_at),
-        "data": {
-            "approval_id": approval_id,
-            "action": {k: action.get(k) for k in _ACTION_KEYS},
-            "action_hash": action_hash,
-            "policy_hash": policy_hash,
-            "expires_at": encode_instant(expires_at),
-            "summary": summary,
-        },
-    }
+def notices(
+    targets: Iterable[NotifyTarget], kind: NotifyKind, event: dict[str, Any], subject: str
+) -> tuple[Notice, ...]:
+    """One ``Notice`` per target told of ``kind``, deduplicated per ``subject`` and target.
+    The payload names the target; where and how it is delivered is the policy's, at delivery."""
+    return tuple(
+        Notice(TOPIC_OF[kind], {"target": t.name, "event": event}, f"{subject}/{t.name}")
+        for t in targets
+        if t.wants(kind)
+    )
 
 
-def slack_body(event: dict[str, Any]) -> dict[str, str]:
-    """A Slack-compatible body for ``event``: one ``text`` a channel shows as it is (Slack
-    renders ``<``, ``>`` and ``&`` as markup, so they are escaped)."""
-    checked = checked_event(event)
-    data = checked["data"]
-    if checked is not event:
-        text = f"TAMPERED approval request ({data['approval_id']}): {data['summary']}"
-    else:
-        text = (
-            f"Approval needed ({data['approval_id']}, expires {data['expires_at']}):"
-            f" {data['summary']}"
-        )
-    escaped = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return {"text": escaped}
+def told_of(targets: Iterable[NotifyTarget], kind: NotifyKind) -> tuple[NotifyTarget, ...]:
+    """The targets among ``targets`` told of ``kind``."""
+    return tuple(target for target in targets if target.wants(kind))
+
+
+def target_name(payload: dict[str, Any]) -> str | None:
+    """The target a message names (a message written before targets were named by name alone
+    carries a mapping: only its ``name`` is read, never its URL or secret variable)."""
+    target = payload.get("target")
+    if isinstance(target, dict):
+        target = target.get("name")
+    return target if isinstance(target, str) and _NAME.fullmatch(target) else None
+
+
+def shown_payload(topic: str, payload: dict[str, Any]) -> dict[str, Any]:
+    """``payload`` as a surface may show it: a notification's target by name only (a message
+    written before targets were named by name alone carried the URL, a credential for Slack,
+    and the secret's variable; neither is ever shown)."""
+    if topic not in TOPICS or not isinstance(payload.get("target"), dict):
+        return payload
+    return {**payload, "target": target_name(payload)}

@@ -16,6 +16,7 @@ from ctrlrun.errors import InvalidArgument, PolicyError
 from ctrlrun.kernel.action import check_action_name
 from ctrlrun.kernel.approval import check_person
 from ctrlrun.kernel.approval_rules import APPROVAL_KEYS, DEFAULT_RULES, ApprovalRules
+from ctrlrun.kernel.identity import identity_key
 from ctrlrun.kernel.notify import NotifyTarget, parse_targets
 from ctrlrun.kernel.policy_model import (
     POLICY_SCHEMA,
@@ -176,10 +177,14 @@ def parse_policy_document(
 
 def _approvers(reader: _Reader, value: object) -> dict[str, str]:
     registry = reader.any_mapping(value, ("approvers",), "a mapping of approver names")
-    out = {}
+    out: dict[str, str] = {}
+    seen: dict[str, str] = {}
     for name, body in registry.items():
         path: KeyPath = ("approvers", name)
         reader.checked(path, check_person, name)
+        twin = seen.setdefault(identity_key(name), name)
+        if twin != name:  # two keys for one identity would count it twice in a quorum
+            reader.fail(path, f"{name!r} and {twin!r} are one identity (docs/approvals.md)")
         fields = reader.mapping(body, path, ("key",), ("key",))
         out[name] = reader.checked((*path, "key"), check_public_key, fields["key"])
     return out

@@ -25,6 +25,8 @@ from ctrlrun.kernel.action import Action
 from ctrlrun.kernel.approval import ApprovalRecord
 from ctrlrun.kernel.effect import EffectState
 from ctrlrun.kernel.event import EventDraft, EventType
+from ctrlrun.kernel.notify import Notice, NotifyKind, notices
+from ctrlrun.kernel.notify_body import ambiguous_event
 from ctrlrun.kernel.observe import Observation
 from ctrlrun.kernel.policy import ActionPolicy, Policy
 from ctrlrun.kernel.receipt import ReceiptDraft, ReceiptResult
@@ -198,7 +200,29 @@ def finish_request(
         result=value,
         error=error,
         events=(event,),
+        notices=(
+            ambiguous_notices(call, attempt, error, now) if outcome is EffectState.AMBIGUOUS else ()
+        ),
     )
+
+
+def ambiguous_notices(
+    call: InFlight, attempt: int | None, error: str | None, now: datetime
+) -> tuple[Notice, ...]:
+    """The messages announcing that ``call``'s effect became AMBIGUOUS, one per target the
+    policy tells of ``ambiguous`` (deduped per key, attempt and target)."""
+    if call.effect_key is None:
+        return ()
+    event = ambiguous_event(
+        effect_key=call.effect_key,
+        attempt=attempt,
+        action=call.action.to_dict(),
+        error=error,
+        summary=summarize(call.action),
+        at=now,
+    )
+    subject = f"{call.effect_key}/{attempt}"
+    return notices(call.policy.notify, NotifyKind.AMBIGUOUS, event, subject)
 
 
 def _observed_request(

@@ -50,6 +50,7 @@ from ctrlrun.kernel.approval_rules import DEFAULT_RULES, ApprovalRules
 from ctrlrun.kernel.call import refusal_before_asking
 from ctrlrun.kernel.effect import DEFAULT_LEASE, EffectState
 from ctrlrun.kernel.event import EventDraft
+from ctrlrun.kernel.notify import NotifyKind, told_of
 from ctrlrun.kernel.policy import ActionPolicy, Decision, Policy
 from ctrlrun.kernel.protection import FindingKind, plan_protection
 from ctrlrun.kernel.receipt import Receipt, ReceiptResult
@@ -461,6 +462,7 @@ class Control:
             approvals_required=rules.count,
             approvers_excluded=excluded,
             approver_keys=call.policy.approvers or None,
+            announce_ambiguous=told_of(call.policy.notify, NotifyKind.AMBIGUOUS),
             max_attempts=entry.max_attempts if entry is not None else None,
             events=call.pre,
             action_name=call.action.name,

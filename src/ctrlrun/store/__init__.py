@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ctrlrun._time import Clock
 from ctrlrun.errors import InvalidArgument
 from ctrlrun.store.protocol import FinishRequest, Started, StartRequest, StateStore
@@ -53,4 +55,9 @@ def open_store(
         raise
     if existing:
         return PostgresStateStore.open_existing(parsed.target, schema=parsed.schema, clock=clock)
-    return PostgresStateStore(parsed.target, schema=parsed.schema, clock=clock, create=create)
+    durability: dict[str, Any] = {"require_sync": parsed.require_sync}
+    if parsed.commit_timeout is not None:
+        durability["commit_timeout"] = parsed.commit_timeout
+    return PostgresStateStore(
+        parsed.target, schema=parsed.schema, clock=clock, create=create, **durability
+    )

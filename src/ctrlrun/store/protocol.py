@@ -17,6 +17,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from ctrlrun.kernel.approval import ApprovalRecord, ApprovalRequestDraft, ApprovalStatus
 from ctrlrun.kernel.effect import EffectRecord, EffectState, Reservation
 from ctrlrun.kernel.event import Event, EventDraft
+from ctrlrun.kernel.notify import Notice, NotifyTarget
 from ctrlrun.kernel.policy import Policy
 from ctrlrun.kernel.receipt import ChainHead, ChainReport, Receipt
 from ctrlrun.store.ops import Txn
@@ -72,6 +73,7 @@ class StartRequest:
     approvals_required: int = 1  # the policy's approval.count, checked against the grants
     approvers_excluded: tuple[str, ...] = ()  # who may not have granted it (the requester)
     approver_keys: Mapping[str, str] | None = None  # signed mode: only verified grants count
+    announce_ambiguous: tuple[NotifyTarget, ...] = ()  # told when a lapsed lease is found
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +90,7 @@ class FinishRequest:
 
     With an ``effect_key`` the record must still be this attempt's and in a live state (or
     already AMBIGUOUS when the outcome is AMBIGUOUS); otherwise the refusal is raised and
-    nothing is written.
+    nothing is written. ``notices`` are enqueued in the same transaction.
     """
 
     action_id: str
@@ -99,6 +101,7 @@ class FinishRequest:
     result: Any = None
     error: str | None = None
     events: tuple[EventDraft, ...] = ()
+    notices: tuple[Notice, ...] = ()  # outbox messages telling of this outcome (AMBIGUOUS)
 
 
 @runtime_checkable

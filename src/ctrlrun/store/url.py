@@ -16,6 +16,9 @@ from urllib.parse import quote, unquote
 from ctrlrun.errors import InvalidArgument
 
 SCHEMA_PARAM: Final = "ctrlrun_schema"
+COMMIT_TIMEOUT_PARAM: Final = "ctrlrun_commit_timeout"
+REQUIRE_SYNC_PARAM: Final = "ctrlrun_require_sync"
+_TRUTH: Final = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 FORMS: Final = "sqlite:///path/to/state.db or postgresql://…[?ctrlrun_schema=name]"
 SECRET_PARAMS: Final = frozenset({"password", "sslpassword"})
 _SCHEME: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,30}://")
@@ -26,11 +29,15 @@ _IN_MEMORY: Final = (":memory:", "/:memory:")
 @dataclass(frozen=True, slots=True)
 class StoreURL:
     """A parsed store URL: ``kind`` is ``sqlite`` or ``postgres``; ``target`` the file path or
-    the driver URL (without ``ctrlrun_schema``); ``schema`` the Postgres schema."""
+    the driver URL (without ctrlrun's own parameters); ``schema`` the Postgres schema;
+    ``commit_timeout`` (seconds, None when not given) and ``require_sync`` the Postgres
+    store's durability options (``ctrlrun_commit_timeout``, ``ctrlrun_require_sync``)."""
 
     kind: str
     target: str
     schema: str = "public"
+    commit_timeout: float | None = None
+    require_sync: bool = False
 
 
 def parse_store_url(url: str) -> StoreURL:
@@ -43,9 +50,15 @@ def parse_store_url(url: str) -> StoreURL:
     if url.startswith(("postgresql://", "postgres://")):
         _check_escapes(url)
         target, schemas = split_param(url, SCHEMA_PARAM)
-        if len(schemas) > 1:
-            raise InvalidArgument(f"{SCHEMA_PARAM} given {len(schemas)} times in the store URL")
-        return StoreURL("postgres", target, schemas[0] if schemas else "public")
+        target, timeouts = split_param(target, COMMIT_TIMEOUT_PARAM)
+        target, syncs = split_param(target, REQUIRE_SYNC_PARAM)
+        return StoreURL(
+            "postgres",
+            target,
+            _one(SCHEMA_PARAM, schemas) or "public",
+            commit_timeout=_seconds(_one(COMMIT_TIMEOUT_PARAM, timeouts)),
+            require_sync=_truth(_one(REQUIRE_SYNC_PARAM, syncs)),
+        )
     scheme = _SCHEME.match(url)
     if scheme is None:
         raise InvalidArgument(
@@ -54,6 +67,35 @@ def parse_store_url(url: str) -> StoreURL:
             f" with postgresql://?service=NAME): give {FORMS}"
         )
     raise InvalidArgument(f"unsupported store URL {scheme.group(0)}…: give {FORMS}")
+
+
+def _one(name: str, values: list[str]) -> str | None:
+    if len(values) > 1:
+        raise InvalidArgument(f"{name} given {len(values)} times in the store URL")
+    return values[0] if values else None
+
+
+def _seconds(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds < 86_400:
+        raise InvalidArgument(
+            f"{COMMIT_TIMEOUT_PARAM} in the store URL must be a number of seconds above 0 and"
+            " below 86400"
+        )
+    return seconds
+
+
+def _truth(value: str | None) -> bool:
+    if value is None:
+        return False
+    if value.lower() not in _TRUTH:
+        raise InvalidArgument(f"{REQUIRE_SYNC_PARAM} in the store URL must be true or false")
+    return _TRUTH[value.lower()]
 
 
 def _sqlite_path(path: str) -> str:

@@ -5,8 +5,9 @@ process would), waits at the file barrier, makes one attempt, and prints one JSO
 its pid, the ``ctrlrun`` it imported, the store class it got, and its ``outcome`` —
 ``won``, ``refused:<Class>:<reason or state>`` or ``error:<Class>:<message>``.
 
-Tasks: ``reserve`` (reserve, call the fake remote, record COMMITTED) and ``consume`` (consume
-the approval and reserve this worker's own key).
+Tasks: ``reserve`` (reserve, call the fake remote, record COMMITTED), ``consume`` (consume
+the approval and reserve this worker's own key) and ``grant`` (grant the approval as this
+worker's own approver).
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ from .framework import finish
 
 def attempt(payload: dict[str, Any], store: StateStore, out: dict[str, Any]) -> None:
     """The one attempt; fills ``out['outcome']`` (and ``double`` if the remote ran twice)."""
+    if payload["task"] == "grant":
+        _grant(payload, store, out)
+        return
     request = StartRequest(
         action_id=payload["action_id"],
         effect_key=payload["key"],
@@ -46,6 +50,15 @@ def attempt(payload: dict[str, Any], store: StateStore, out: dict[str, Any]) -> 
         out["double"] = not mark_once(remote / "executed", str(os.getpid()))
         attempt_no = started.reservation.attempt if started.reservation else 1
         finish(store, payload["key"], payload["action_id"], attempt_no, EffectState.COMMITTED)
+
+
+def _grant(payload: dict[str, Any], store: StateStore, out: dict[str, Any]) -> None:
+    try:
+        record = store.grant_approval(payload["approval_id"], payload["approver"])
+    except Refused as exc:
+        out["outcome"] = f"refused:{evidence_name(exc)}:{exc.reason}"
+        return
+    out["outcome"], out["status"] = "won", str(record.status)
 
 
 def main() -> None:

@@ -13,6 +13,7 @@ from ctrlrun.store.ops import Txn
 from ctrlrun.store.ops.approvals import check_consumable_in_txn, consume_approval_in_txn
 from ctrlrun.store.ops.effects import finish_effect_in_txn, reserve_in_txn
 from ctrlrun.store.ops.evidence import append_events_in_txn, put_receipt_in_txn
+from ctrlrun.store.ops.notices import enqueue_notices_in_txn
 from ctrlrun.store.ops.templates import check_key_template_in_txn
 from ctrlrun.store.protocol import FinishRequest, Started, StartRequest
 
@@ -46,6 +47,7 @@ def start_action_in_txn(txn: Txn, request: StartRequest) -> Started:
             lease=request.lease,
             max_attempts=request.max_attempts,
             state=EffectState.EXECUTING if request.execute else EffectState.RESERVED,
+            announce=request.announce_ambiguous,
         )
     own: list[EventDraft] = []
     if approval is not None:
@@ -86,7 +88,7 @@ def start_action_in_txn(txn: Txn, request: StartRequest) -> Started:
 
 
 def finish_action_in_txn(txn: Txn, request: FinishRequest) -> StoredReceipt:
-    """Transaction 2: the outcome, the events, the chained receipt."""
+    """Transaction 2: the outcome, the events, the notices, the chained receipt."""
     if request.effect_key is not None and request.outcome is not None:
         finish_effect_in_txn(
             txn,
@@ -98,6 +100,7 @@ def finish_action_in_txn(txn: Txn, request: FinishRequest) -> StoredReceipt:
             error=request.error,
         )
     append_events_in_txn(txn, request.events)
+    enqueue_notices_in_txn(txn, request.notices)
     return put_receipt_in_txn(txn, request.receipt)
 
 

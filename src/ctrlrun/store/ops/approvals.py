@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from ctrlrun._time import encode_instant
-from ctrlrun.canonical import canonical_text, new_id
 from ctrlrun.errors import ApprovalMismatch, MismatchReason
 from ctrlrun.kernel.approval import (
     ApprovalPlan,
@@ -22,12 +21,13 @@ from ctrlrun.kernel.approval import (
     plan_waiting,
 )
 from ctrlrun.kernel.event import EventDraft, EventType
-from ctrlrun.kernel.notify import TOPIC as NOTIFY_TOPIC
-from ctrlrun.kernel.notify import approval_event
+from ctrlrun.kernel.notify import NotifyKind, notices
+from ctrlrun.kernel.notify_body import approval_event
 from ctrlrun.kernel.signing import plan_signed
 from ctrlrun.store.codec import approval_from_row
 from ctrlrun.store.ops import KeptRefusal, Txn
 from ctrlrun.store.ops.evidence import append_events_in_txn
+from ctrlrun.store.ops.notices import enqueue_notices_in_txn
 
 
 def get_approval_in_txn(txn: Txn, approval_id: str) -> ApprovalRecord | None:
@@ -95,8 +95,8 @@ def put_approval_request_in_txn(txn: Txn, draft: ApprovalRequestDraft) -> Approv
 
 
 def _notify_in_txn(txn: Txn, draft: ApprovalRequestDraft, record: ApprovalRecord) -> None:
-    """One outbox message per ``notify`` target, in the request's own transaction (deduped
-    per request and target)."""
+    """One outbox message per target told of approvals, in the request's own transaction
+    (deduped per request and target). The message names the target, nothing more of it."""
     if not draft.notify:
         return
     event = approval_event(
@@ -107,19 +107,11 @@ def _notify_in_txn(txn: Txn, draft: ApprovalRequestDraft, record: ApprovalRecord
         expires_at=record.expires_at,
         summary=draft.summary,
         created_at=record.created_at,
+        required=record.required,
     )
-    for target in draft.notify:
-        txn.run(
-            "outbox_enqueue",
-            {
-                "message_id": new_id("msg"),
-                "topic": NOTIFY_TOPIC,
-                "payload_json": canonical_text({"target": target.to_dict(), "event": event}),
-                "dedupe_key": f"{record.approval_id}/{target.name}",
-                "available_at": None,
-                "now": txn.ts(txn.now),
-            },
-        )
+    enqueue_notices_in_txn(
+        txn, notices(draft.notify, NotifyKind.APPROVAL, event, record.approval_id)
+    )
 
 
 def _apply_refusal(txn: Txn, record: ApprovalRecord | None, plan: ApprovalPlan) -> None:
@@ -160,8 +152,10 @@ def answer_approval_in_txn(
     """A denial: PENDING → DENIED (its ``reason`` on the ``APPROVAL_DENIED`` event). A grant:
     one more ``approval_grants`` row (``plan_grant``: not the requester, not twice by one
     approver); the grant that makes the distinct approvers enough moves it to GRANTED. A
-    lost race is ``answered``."""
-    record = get_approval_in_txn(txn, approval_id)
+    lost race is ``answered``. The request's row is locked first (``approval_get_locked``),
+    so simultaneous grants are counted one after another: each sees every grant before it."""
+    row = txn.one("approval_get_locked", {"approval_id": approval_id})
+    record = None if row is None else approval_from_row(row, txn.read_ts)
     _apply_refusal(txn, record, plan_answer(record, approval_id=approval_id, now=txn.now))
     assert record is not None
     data: dict[str, object] = {"approver": approver}

@@ -20,9 +20,12 @@ from ctrlrun.kernel.effect import (
 )
 from ctrlrun.kernel.event import EventDraft, EventType
 from ctrlrun.kernel.evidence_text import result_json
+from ctrlrun.kernel.notify import NotifyKind, NotifyTarget, notices
+from ctrlrun.kernel.notify_body import lapsed_event
 from ctrlrun.store.codec import effect_from_row
 from ctrlrun.store.ops import KeptRefusal, Txn
 from ctrlrun.store.ops.evidence import append_events_in_txn
+from ctrlrun.store.ops.notices import enqueue_notices_in_txn
 
 
 def get_effect_in_txn(txn: Txn, effect_key: str) -> EffectRecord | None:
@@ -39,8 +42,11 @@ def reserve_in_txn(
     lease: Any,
     max_attempts: int | None,
     state: EffectState,
+    announce: tuple[NotifyTarget, ...] = (),
 ) -> Reservation:
     """Reserve ``effect_key`` for ``action_id`` as the planner decides, writing ``state``.
+    A lapsed lease found on the way is written AMBIGUOUS, and ``announce`` (the targets told
+    of ``ambiguous``) are told of it in the same transaction.
 
     The insert is tried first (the planner's answer for an absent record); a conflict means a
     record exists, which is read and planned against. A write that matches no row is a lost
@@ -58,7 +64,7 @@ def reserve_in_txn(
             if _renew(txn, reservation, state, plan):
                 return reservation
         elif plan.refusal is not None:
-            _refuse(txn, plan.ambiguate, plan.refusal, effect_key, action_id)
+            _refuse(txn, plan, effect_key, action_id, announce)
         plan = plan_reservation(
             get_effect_in_txn(txn, effect_key),
             effect_key=effect_key,
@@ -68,7 +74,7 @@ def reserve_in_txn(
             max_attempts=max_attempts,
         )
     if plan.refusal is not None:
-        _refuse(txn, plan.ambiguate, plan.refusal, effect_key, action_id)
+        _refuse(txn, plan, effect_key, action_id, announce)
     raise InProgress(
         f"effect {effect_key!r} changed under a concurrent writer twice; refusing",
         effect_key=effect_key,
@@ -114,9 +120,13 @@ def _renew(txn: Txn, reservation: Reservation, state: EffectState, plan: Any) ->
     )
 
 
-def _refuse(txn: Txn, ambiguate: bool, refusal: Refused, effect_key: str, action_id: str) -> None:
-    """Raise ``refusal``; first write the lapsed record AMBIGUOUS (a kept write) if asked."""
-    if not ambiguate:
+def _refuse(
+    txn: Txn, plan: Any, effect_key: str, action_id: str, announce: tuple[NotifyTarget, ...]
+) -> None:
+    """Raise the plan's refusal; first write the lapsed record AMBIGUOUS (a kept write, with
+    its event and the notices to ``announce``) if the plan says so."""
+    refusal: Refused = plan.refusal
+    if not plan.ambiguate:
         raise refusal
     record = get_effect_in_txn(txn, effect_key)
     if record is None or not record.lease_expired(txn.now):
@@ -138,6 +148,9 @@ def _refuse(txn: Txn, ambiguate: bool, refusal: Refused, effect_key: str, action
                 )
             ],
         )
+        event = lapsed_event(record, error=error, detected_by=action_id, at=txn.now)
+        subject = f"{effect_key}/{record.attempt}"
+        enqueue_notices_in_txn(txn, notices(announce, NotifyKind.AMBIGUOUS, event, subject))
         raise KeptRefusal(refusal)
     raise refusal
 

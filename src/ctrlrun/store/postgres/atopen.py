@@ -1,6 +1,9 @@
 """What opening a Postgres store checks, in order, and the migrations it then runs.
 
-1. (before connecting, in ``names``) the schema name is a plain identifier;
+1. (before connecting, in ``names``) the schema name is a plain identifier; then, on every
+   new connection, the replication guard (``replication``): a writing open refuses a server
+   without the synchronous replication it was told to require, or on an older timeline of a
+   cluster this process has written newer;
 2. the server is not a hot standby (``pg_is_in_recovery()``): every guarantee rests on a unique
    index and on compare-and-set updates, which a replica cannot do — and its reads would
    appear to work;
@@ -33,7 +36,9 @@ from ctrlrun._version import __version__
 from ctrlrun.errors import SchemaMismatch, StoreError, StoreNotFound
 from ctrlrun.store.migrate import check_current, migrate_forward
 from ctrlrun.store.postgres.connections import Connection, Connections
+from ctrlrun.store.postgres.durability import Durability
 from ctrlrun.store.postgres.engine import Engine
+from ctrlrun.store.postgres.replication import ReplicationGuard
 from ctrlrun.store.postgres.sqltext import migrations_for, queries_for
 
 log = logging.getLogger("ctrlrun.postgres")
@@ -139,13 +144,22 @@ def _ident(name: Any) -> str:
 
 
 def open_engine(
-    url: str, schema: str, clock: Clock | None, *, writing: bool, create: bool = True
+    url: str,
+    schema: str,
+    clock: Clock | None,
+    *,
+    writing: bool,
+    create: bool = True,
+    durability: Durability | None = None,
 ) -> Engine:
     """Connect, run the checks of the module docstring (migrating when ``writing``) and return
     the engine. Without ``create``, a schema holding no ctrlrun store is ``StoreNotFound``.
-    Driver errors become ``StoreError``; the URL is never echoed (it may hold a password)."""
-    connections = Connections(url)
+    Driver errors become ``StoreError``; the URL is never echoed (it may hold a password).
+    Every connection first passes the replication guard (``replication``)."""
     queries = queries_for(schema)
+    durability = durability or Durability()
+    guard = ReplicationGuard(queries, durability, writing=writing)
+    connections = Connections(url, on_connect=guard)
     try:
         conn = connections.current()
         where = f"schema {schema!r} of database {conn.info.dbname!r}"
@@ -168,4 +182,12 @@ def open_engine(
     except BaseException:
         connections.close()
         raise
-    return Engine(connections, queries, clock=clock, schema=schema, where=where)
+    return Engine(
+        connections,
+        queries,
+        clock=clock,
+        schema=schema,
+        where=where,
+        durability=durability,
+        guard=guard,
+    )

@@ -6,6 +6,7 @@ with an explicit ``BEGIN``; no prepared statement is ever created (``prepare_thr
 and no session setting is changed, so a pooler in transaction mode can hand the server
 connection to anyone between two transactions.
 
+Every new connection is shown to ``on_connect`` first (the replication guard: ``replication``).
 A broken connection is replaced only between transactions (``current``) and for the re-read
 after a lost COMMIT (``fresh``); nothing here retries. ``close`` releases every connection this
 process opened and is not a fence: the next call connects again. A connection inherited
@@ -18,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -29,17 +31,25 @@ Connection = psycopg.Connection[dict[str, Any]]
 class Connections:
     """The connections of one store handle."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, on_connect: Callable[[Connection], None] | None = None) -> None:
         self._url = url
+        self._on_connect = on_connect
         self._local = threading.local()
         self._lock = threading.Lock()
         self._open: list[tuple[int, Connection]] = []
 
     def connect(self) -> Connection:
-        """A new autocommit connection (not registered as any thread's)."""
+        """A new autocommit connection (not registered as any thread's), after ``on_connect``
+        accepted it (what it raises is raised, the connection closed)."""
         conn: Connection = psycopg.connect(
             self._url, autocommit=True, prepare_threshold=None, row_factory=dict_row
         )
+        if self._on_connect is not None:
+            try:
+                self._on_connect(conn)
+            except BaseException:
+                _close_quietly(conn)
+                raise
         with self._lock:
             self._open.append((os.getpid(), conn))
         return conn

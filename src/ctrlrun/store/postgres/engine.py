@@ -7,14 +7,17 @@ The rows (seed 000), which must never be merged:
   COMMIT (the server then reports the transaction still open and failed, so COMMIT never ran)
   — and a serialization failure or deadlock (``40001``/``40P01``) anywhere: the write failed,
   nothing was committed. Roll back and raise ``WriteFailed``; it may be retried.
-* Any other exception during or after COMMIT — the connection lost, a COMMIT timeout
-  (``57014`` included), the socket closed before the command tag, ``BaseException`` too: the
-  outcome is unknown. Re-read on a fresh connection and let the witness decide (``_reread``):
-  landed → the transaction's own result; not landed → issue the same transaction once more (a
-  second unknown raises ``AmbiguousWrite``; a re-issue refused by what it met gets one more
-  look, writing nothing, in case the first COMMIT was still in flight); anything else → the
-  planner's refusal. A re-read that fails raises ``AmbiguousWrite(reread_failed)`` and writes
-  nothing.
+* Any other exception during or after COMMIT — the connection lost, a COMMIT timeout (``57014``
+  included), the socket closed before the command tag, ``BaseException`` too — and a COMMIT the
+  server answered without confirming its durability (a warning, such as a cancelled synchronous-
+  replication wait, or the store's ``commit_timeout`` passed: ``commitwatch``): the outcome is
+  unknown. Re-read on a fresh connection and let the witness decide (``_reread``): landed → the
+  transaction's own result; not landed → issue the same transaction once more (a second unknown
+  raises ``AmbiguousWrite``; a re-issue refused by what it met gets one more look, writing
+  nothing, in case the first COMMIT was still in flight); anything else → the planner's refusal.
+  A re-read that fails raises ``AmbiguousWrite(reread_failed)`` and writes nothing. A landed
+  write on a server whose COMMITs wait for synchronous standbys counts only once its replication
+  is confirmed (``replication.confirm_replicated``); otherwise ``AmbiguousWrite(unreplicated)``.
 
 A refusal raised as ``KeptRefusal`` commits what the transaction wrote, then raises the refusal
 (the expired lease written AMBIGUOUS, the expired approval written EXPIRED).
@@ -46,8 +49,12 @@ from ctrlrun.errors import (
     StoreError,
     WriteFailed,
 )
+from ctrlrun.errors.replication import ReplicationRefused
 from ctrlrun.store.ops import KeptRefusal
+from ctrlrun.store.postgres.commitwatch import WATCH, Unconfirmed
 from ctrlrun.store.postgres.connections import Connection, Connections
+from ctrlrun.store.postgres.durability import Durability
+from ctrlrun.store.postgres.replication import ReplicationGuard, confirm_replicated
 from ctrlrun.store.postgres.txn import PgTxn
 from ctrlrun.store.postgres.witness import GUARD_SQLSTATE, Evidence, GuardMissed, Verdict, refusal
 
@@ -95,8 +102,12 @@ class Engine:
         clock: Clock | None,
         schema: str,
         where: str,
+        durability: Durability | None = None,
+        guard: ReplicationGuard | None = None,
     ) -> None:
         self.connections = connections
+        self.durability = durability or Durability()
+        self.guard = guard
         self.queries = queries
         self.clock = clock
         self.schema = schema
@@ -148,21 +159,13 @@ class Engine:
                 reason=AmbiguityReason.NO_WITNESS,
                 operation=operation,
             ) from cause
+        conn: Connection | None = None
         try:
-            txn = PgTxn(
-                self.connections.fresh(),
-                self.queries,
-                schema=self.schema,
-                now_source=self.clock,
-            )
-            row = txn.one(evidence.read_query, evidence.read_params)
-            verdict = evidence.judge(row)
-            found = None
-            if verdict is Verdict.OTHER and _corroborated(txn, evidence.corroboration):
-                verdict = Verdict.LANDED  # the row moved on after our COMMIT; the receipt says so
-            if verdict is Verdict.OTHER:
-                found = refusal(evidence, row, txn.now, txn.read_ts)
-        except psycopg.Error as exc:
+            conn = self.connections.fresh()
+            verdict, found = self._judge(conn, evidence, operation)
+        except (psycopg.Error, ReplicationRefused) as exc:
+            if conn is not None:  # it may be left inside the confirmation's transaction
+                self.connections.discard(conn)
             raise AmbiguousWrite(
                 f"{operation}: the COMMIT went unanswered and the re-read failed ({exc});"
                 " refusing: nothing more is written and nothing proceeds",
@@ -171,6 +174,40 @@ class Engine:
                 effect_key=evidence.effect_key,
             ) from exc
         _log_branch(evidence, verdict, operation, cause)
+        return verdict, found
+
+    def _judge(
+        self, conn: Connection, evidence: Evidence, operation: str
+    ) -> tuple[Verdict, CtrlrunError | None]:
+        """The re-read on ``conn``: the verdict, and for ``OTHER`` the refusal. A landed write
+        on a server whose COMMITs wait for standbys must also be confirmed replicated."""
+        txn = PgTxn(conn, self.queries, schema=self.schema, now_source=self.clock)
+        row = txn.one(evidence.read_query, evidence.read_params)
+        verdict = evidence.judge(row)
+        found = None
+        if verdict is Verdict.OTHER and _corroborated(txn, evidence.corroboration):
+            verdict = Verdict.LANDED  # the row moved on after our COMMIT; the receipt says so
+        if verdict is Verdict.OTHER:
+            found = refusal(evidence, row, txn.now, txn.read_ts)
+        if verdict is Verdict.LANDED:
+            doubt = confirm_replicated(conn, self.queries, self.durability.commit_timeout)
+            if doubt:
+                self.connections.discard(conn)
+                log.warning(
+                    "ctrlrun.postgres: %s: the write committed on the primary, and its"
+                    " replication to the synchronous standbys is unconfirmed (%s)",
+                    operation,
+                    doubt,
+                    extra={"operation": operation, "effect_key": evidence.effect_key},
+                )
+                raise AmbiguousWrite(
+                    f"{self.where}: {operation}: the write committed on the primary but its"
+                    f" replication is unconfirmed ({doubt}); a failover now could lose it:"
+                    " the outcome is unknown",
+                    reason=AmbiguityReason.UNREPLICATED,
+                    operation=operation,
+                    effect_key=evidence.effect_key,
+                )
         return verdict, found
 
     def _settle(self, work: Callable[[PgTxn], T], operation: str, first: Attempt[T]) -> T:
@@ -235,7 +272,7 @@ class Engine:
         operation: str,
     ) -> Attempt[T]:
         try:
-            tag = txn.commit()
+            tag, doubt = WATCH.run(conn, txn.commit, self.durability.commit_timeout)
         except psycopg.Error as exc:
             if _failed_in_band(conn, exc):
                 self._rollback(conn)
@@ -250,6 +287,9 @@ class Engine:
                 f"{self.where}: {operation}: the server rolled the transaction back ({tag})",
                 operation=operation,
             )
+        if doubt:  # committed here, durability unconfirmed: as unknown as a lost answer
+            self.connections.discard(conn)
+            return Attempt(txn, result, kept, unknown=True, cause=Unconfirmed(doubt))
         self.committed = next(self._commits)  # next() is atomic; += across threads is not
         return Attempt(txn, result, kept)
 

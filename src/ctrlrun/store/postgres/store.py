@@ -26,6 +26,7 @@ from ctrlrun.store.base import SQLStore
 from ctrlrun.store.ops import KeptRefusal, Txn
 from ctrlrun.store.ops.actions import record_in_txn, start_action_in_txn
 from ctrlrun.store.postgres import folded
+from ctrlrun.store.postgres.durability import DEFAULT_COMMIT_TIMEOUT, Durability, Replication
 from ctrlrun.store.postgres.names import check_schema_name, load_driver
 from ctrlrun.store.postgres.skew import DEFAULT_THRESHOLD, ClockSkew, SkewSchedule, measure
 from ctrlrun.store.postgres.witness import GuardMissed
@@ -52,7 +53,11 @@ class PostgresStateStore(SQLStore):
     must exist; opening checks the server (not a standby, UTF8), the role's privileges, and
     migrates forward. ``clock`` (tests) replaces the database's clock for leases and stamps;
     ``clock_skew_threshold`` is how far the application clock may drift from the server's
-    before a ``CLOCK_SKEW_DETECTED`` event is appended.
+    before a ``CLOCK_SKEW_DETECTED`` event is appended. ``commit_timeout`` bounds one COMMIT's
+    wait in seconds (None: unbounded); past it, or when the server answers a COMMIT without
+    confirming it (a cancelled synchronous-replication wait), the outcome is unknown.
+    ``require_sync`` refuses to write where a COMMIT would not wait for a synchronous standby
+    (``ReplicationRefused``). ``replication`` reports what the store writes under.
     """
 
     dialect: Final = "postgres"
@@ -65,19 +70,45 @@ class PostgresStateStore(SQLStore):
         clock: Clock | None = None,
         clock_skew_threshold: timedelta = DEFAULT_THRESHOLD,
         create: bool = True,
+        commit_timeout: float | None = DEFAULT_COMMIT_TIMEOUT,
+        require_sync: bool = False,
         _migrate: bool = True,
     ) -> None:
         self.schema = check_schema_name(schema)
         self._threshold = check_positive(clock_skew_threshold, "clock_skew_threshold")
+        durability = Durability(commit_timeout=commit_timeout, require_sync=require_sync)
         load_driver()
         from ctrlrun.store.postgres.atopen import open_engine
 
         self._app_clock: Clock = clock or utc_now
         self._writing = _migrate
-        self._engine: Engine = open_engine(url, self.schema, clock, writing=_migrate, create=create)
+        self._engine: Engine = open_engine(
+            url, self.schema, clock, writing=_migrate, create=create, durability=durability
+        )
+        self._report_replication()
         self._schedule = SkewSchedule()
         self._skew: ClockSkew | None = None
         self._check_skew("open")
+
+    @property
+    def replication(self) -> Replication | None:
+        """The replication the store writes under, as its newest connection read it."""
+        return self._engine.guard.latest if self._engine.guard is not None else None
+
+    def _report_replication(self) -> None:
+        seen = self.replication
+        if seen is None:
+            return
+        # a standby that lacks what this store writes is a failover away from losing it
+        exposed = seen.standbys > 0 and not seen.waits_for_standby
+        level = logging.WARNING if exposed else logging.INFO
+        log.log(
+            level,
+            "ctrlrun.postgres: %s writes under %s",
+            self._engine.where,
+            seen.describe(),
+            extra={"replication": seen.to_dict()},
+        )
 
     @classmethod
     def open_existing(
@@ -193,7 +224,11 @@ class PostgresStateStore(SQLStore):
     def finish_action(self, request: FinishRequest) -> Receipt:
         """See ``StateStore.finish_action``. Overrides the shared path: folded into the
         COMMIT's message; when the outcome's conditional move matched no row (``GuardMissed``,
-        nothing committed), the shared path re-reads and decides in a new transaction."""
+        nothing committed), the shared path re-reads and decides in a new transaction. An
+        outcome that tells someone (``notices``: a new AMBIGUOUS) takes the shared path, its
+        messages in the same transaction: rare, so unfolded."""
+        if request.notices:
+            return super().finish_action(request)
         try:
             pending = self._write(lambda txn: folded.finish(txn, request), "finish_action")
         except GuardMissed:

@@ -64,6 +64,15 @@ SELECT approval_id, action_hash, action_json, policy_hash, status, created_at, e
        approver, answered_at, consumed_at, consumed_by, required, excluded_json
 FROM {schema}.approvals WHERE approval_id = %(approval_id)s;
 
+-- name: approval_get_locked
+-- The request as approval_get reads it, its row locked until this transaction ends: the
+-- grants an answer counts after it include every grant committed before it (READ COMMITTED
+-- reads each statement afresh), so two simultaneous grants cannot both count one.
+SELECT approval_id, action_hash, action_json, policy_hash, status, created_at, expires_at,
+       approver, answered_at, consumed_at, consumed_by, required, excluded_json
+FROM {schema}.approvals WHERE approval_id = %(approval_id)s
+FOR UPDATE;
+
 -- name: approval_list
 SELECT approval_id, action_hash, action_json, policy_hash, status, created_at, expires_at,
        approver, answered_at, consumed_at, consumed_by, required, excluded_json

@@ -40,6 +40,13 @@ SELECT approval_id, action_hash, action_json, policy_hash, status, created_at, e
        approver, answered_at, consumed_at, consumed_by, required, excluded_json
 FROM approvals WHERE approval_id = :approval_id;
 
+-- name: approval_get_locked
+-- The request as approval_get reads it; the write transaction already holds SQLite's one
+-- write lock, so the grants an answer counts after it are every grant there is.
+SELECT approval_id, action_hash, action_json, policy_hash, status, created_at, expires_at,
+       approver, answered_at, consumed_at, consumed_by, required, excluded_json
+FROM approvals WHERE approval_id = :approval_id;
+
 -- name: approval_list
 SELECT approval_id, action_hash, action_json, policy_hash, status, created_at, expires_at,
        approver, answered_at, consumed_at, consumed_by, required, excluded_json

@@ -47,6 +47,8 @@ def test_the_script_is_installed_and_lists_its_commands_in_workflow_order(tmp_pa
         "resolve",
         "receipts",
         "stats",
+        "checkpoint",
+        "prune",
         "inspect",
         "approvals",
         "approve",

@@ -11,7 +11,7 @@ import pytest
 
 import ctrlrun
 import ctrlrun.errors
-from ctrlrun.errors import core, documents, durable
+from ctrlrun.errors import chain, core, documents, durable
 
 PACKAGES = [
     "ctrlrun",
@@ -20,6 +20,7 @@ PACKAGES = [
     "ctrlrun.durable",
     "ctrlrun.store",
     "ctrlrun.testing",
+    "ctrlrun.checkpoints",
 ]
 
 
@@ -42,7 +43,12 @@ def _errors_of(module) -> set[str]:
 
 @pytest.mark.parametrize(
     ("defined_in", "exported_by"),
-    [(core, "ctrlrun"), (documents, "ctrlrun.documents"), (durable, "ctrlrun.durable")],
+    [
+        (core, "ctrlrun"),
+        (documents, "ctrlrun.documents"),
+        (durable, "ctrlrun.durable"),
+        (chain, "ctrlrun.checkpoints"),
+    ],
 )
 def test_each_error_is_exported_with_its_api_and_from_errors(defined_in, exported_by):
     defined = _errors_of(defined_in)
@@ -51,5 +57,5 @@ def test_each_error_is_exported_with_its_api_and_from_errors(defined_in, exporte
 
 
 def test_the_top_level_exports_no_error_of_another_package():
-    others = _errors_of(documents) | _errors_of(durable)
+    others = _errors_of(documents) | _errors_of(durable) | _errors_of(chain)
     assert not others & set(ctrlrun.__all__)

@@ -28,3 +28,22 @@ def test_removing_the_duplicate_guard_fails_g3_and_g4(monkeypatch, policy):
     unrelated = {gid: by_id[gid].status for gid in ("G1", "G2", "G5", "G6", "G7", "G8", "G9")}
     assert set(unrelated.values()) == {Status.PASS}, unrelated
     assert report.exit_code == 1
+
+
+def test_a_verifier_that_ignores_checkpoints_fails_g12(monkeypatch, policy):
+    # the chain walk as it was before checkpoints: what a cut tail with a rewound head got
+    from ctrlrun.kernel import receipt
+
+    walk = receipt.verify_chain
+
+    def blind(rows, head, *, anchor=None, checkpoints=None):
+        return walk(rows, head, anchor=anchor)
+
+    monkeypatch.setattr("ctrlrun.store.base.verify_chain", blind)
+    report = run(policy(POLICY), only=["G9", "G12"])
+    by_id = {r.gid: r for r in report.results}
+    assert by_id["G9"].status is Status.PASS
+    g12 = by_id["G12"]
+    assert g12.status is Status.FAIL, g12.detail
+    assert "after cutting the tail the chain reports nothing" in g12.detail
+    assert report.exit_code == 1

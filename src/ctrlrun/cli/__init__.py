@@ -11,6 +11,7 @@ import click
 from ctrlrun.cli.approvals import approvals, approve, deny
 from ctrlrun.cli.approver import approver_group
 from ctrlrun.cli.check import check
+from ctrlrun.cli.checkpoints import checkpoint, prune
 from ctrlrun.cli.common import CtrlrunGroup
 from ctrlrun.cli.conformance import conformance
 from ctrlrun.cli.console import console, console_account
@@ -36,6 +37,8 @@ COMMANDS = (
     resolve,
     receipts,
     stats,
+    checkpoint,
+    prune,
     inspect,
     approvals,
     approve,

@@ -7,6 +7,8 @@ from typing import IO, Any, Final
 
 import click
 
+from ctrlrun.checkpoints import Checkpoint, checkpoint_heads
+from ctrlrun.cli.checkpoints import proof_options, proven_checkpoints
 from ctrlrun.cli.common import (
     Refusal,
     existing_store,
@@ -18,7 +20,13 @@ from ctrlrun.cli.common import (
 )
 from ctrlrun.cli.held import check_file
 from ctrlrun.kernel.policy import Policy
-from ctrlrun.kernel.receipt import ChainReport, Receipt
+from ctrlrun.kernel.receipt import (
+    BreakKind,
+    ChainHead,
+    ChainReport,
+    Receipt,
+    describe,
+)
 from ctrlrun.store.protocol import StateStore
 
 HEADER: Final = ("SEQ", "FINISHED", "RESULT", "ACTION", "EFFECT KEY", "AGENT", "ACTION ID", "WHY")
@@ -109,6 +117,7 @@ def receipt_row(receipt: Receipt) -> tuple[str, ...]:
     help="Check receipts you hold (JSON lines, as JSONLSink or --json wrote them) against the"
     " store: present and identical, missing, or replaced; exit 1 unless all are present.",
 )
+@proof_options
 @store_url_option
 def receipts(
     *,
@@ -117,34 +126,37 @@ def receipts(
     verify: bool,
     control: str | None,
     held: IO[str] | None,
+    checkpoints: str | None,
+    public_key: str | None,
+    origin: str | None,
     store_url: str | None,
 ) -> None:
     """Receipts in chain order (rows without a seq last).
 
     With --control ID, only the receipts of decisions taken under that control. With
     --verify-chain, walk the whole chain and print each break as `seq N  kind` (`seq -` for a
-    row outside the chain); exit 1 if there is any. With --check FILE (or - for stdin), judge
-    each held receipt: what an auditor does after a failover, where a lost tail leaves the
-    chain intact.
+    row outside the chain); exit 1 if there is any. With --checkpoints FILE --public-key KEY
+    it is also judged against the signed checkpoints: a cut tail, a rewound head and a
+    rewrite before a checkpoint are breaks too (docs/checkpoints.md). With --check FILE (or -
+    for stdin), judge each held receipt: what an auditor does after a failover, where a lost
+    tail leaves the chain intact.
     """
     if held is not None:
-        if verify or last is not None or control is not None:
-            raise click.UsageError("--check takes no --verify-chain, --last or --control")
+        if verify or last is not None or control is not None or checkpoints or public_key:
+            raise click.UsageError(
+                "--check takes no --verify-chain, --last, --control or --checkpoints"
+            )
         with existing_store(store_url) as store:
             check_file(store, held, as_json=as_json)
         return
-    if verify and last is not None:
-        raise click.UsageError("--last limits the listing; --verify-chain checks every receipt")
-    if verify and control is not None:
-        raise click.UsageError("--control filters the listing; --verify-chain checks every receipt")
-    with existing_store(store_url) as store:
-        if verify:
-            rows, report = chain_snapshot(store)
-        else:
-            rows, report = store.receipts(), None
-    if report is not None:
-        show_report(rows, report, as_json=as_json)
+    _refuse_mixed(verify=verify, last=last, control=control, proof=(checkpoints, public_key))
+    if verify:
+        _verify_chain(store_url, proven_checkpoints(checkpoints, public_key, origin), as_json)
         return
+    if origin is not None:
+        raise click.UsageError("--origin chooses among --checkpoints; give them too")
+    with existing_store(store_url) as store:
+        rows = store.receipts()
     if control is not None:
         rows = tuple(r for r in rows if cites(r, control))
     chosen = rows[-last:] if last else rows
@@ -157,15 +169,42 @@ def receipts(
         table([receipt_row(r) for r in chosen], header=HEADER, color_column=2)
 
 
-def chain_snapshot(store: StateStore) -> tuple[tuple[Receipt, ...], ChainReport]:
-    """The receipts and the store's own verdict over them (``store.verify_chain``: the one
-    verifier, with the indexed columns and the cited approvals), judged under the policy
-    file when there is one (``$CTRLRUN_CONFIG`` or ./ctrlrun.yaml)."""
-    report = store.verify_chain(_located_policy())
+def _refuse_mixed(
+    *, verify: bool, last: int | None, control: str | None, proof: tuple[str | None, ...]
+) -> None:
+    if verify and last is not None:
+        raise click.UsageError("--last limits the listing; --verify-chain checks every receipt")
+    if verify and control is not None:
+        raise click.UsageError("--control filters the listing; --verify-chain checks every receipt")
+    if not verify and any(proof):
+        raise click.UsageError("--checkpoints and --public-key go with --verify-chain")
+
+
+def _verify_chain(
+    store_url: str | None, proven: Sequence[Checkpoint] | None, as_json: bool
+) -> None:
+    heads = None if proven is None else checkpoint_heads(proven)
+    with existing_store(store_url) as store:
+        rows, report = chain_snapshot(store, heads, _located_policy())
+    show_report(rows, report, as_json=as_json)
+
+
+def chain_snapshot(
+    store: StateStore,
+    checkpoints: Sequence[ChainHead] | None = None,
+    policy: Policy | None = None,
+) -> tuple[tuple[Receipt, ...], ChainReport]:
+    """The receipts, and the store's own verdict over its chain (``store.verify_chain``: the
+    one verifier, reading rows, anchor and head as one snapshot, with the indexed columns and
+    the cited approvals), judged against the heads of signed ``checkpoints`` when given and
+    the approvals' grants under ``policy``. The rows are read again to name the receipts a
+    break concerns."""
+    report = store.verify_chain(policy, checkpoints=checkpoints)
     return store.receipts(), report
 
 
 def _located_policy() -> Policy | None:
+    """The policy file, when there is one (``$CTRLRUN_CONFIG`` or ./ctrlrun.yaml)."""
     from ctrlrun.config import load_policy_file
     from ctrlrun.runtime.locate import policy_path
 
@@ -180,10 +219,39 @@ def break_rows(rows: Sequence[Receipt], report: ChainReport) -> list[dict[str, A
     found = []
     for brk in report.breaks:
         receipt_id = next(unchained, None) if brk.seq is None else by_seq.get(brk.seq)
-        if str(brk.kind) in ("missing", "head_mismatch"):
+        if brk.kind not in _ROW_KINDS:
             receipt_id = None  # the seq names no row that is in the right place
-        found.append({"kind": str(brk.kind), "seq": brk.seq, "receipt_id": receipt_id})
+        found.append(
+            {"kind": str(brk.kind), "seq": brk.seq, "receipt_id": receipt_id, "what": describe(brk)}
+        )
     return found
+
+
+_ROW_KINDS: Final = frozenset(
+    {
+        BreakKind.CONTENT_ALTERED,
+        BreakKind.HASH_MISSING,
+        BreakKind.LINK_BROKEN,
+        BreakKind.UNCHAINED,
+        BreakKind.COLUMN_MISMATCH,
+    }
+)
+"""The breaks found at a stored row, which the listing names by receipt id."""
+
+
+def _head_json(head: ChainHead | None) -> dict[str, Any] | None:
+    return None if head is None else {"seq": head.seq, "hash": head.hash}
+
+
+def _where(report: ChainReport) -> str:
+    """The summary's tail: the head, where the chain starts when pruned, and the newest
+    checkpoint it was judged against."""
+    parts = ["head row missing" if report.head is None else f"head seq {report.head.seq}"]
+    if report.anchor.seq:
+        parts.append(f"starts after seq {report.anchor.seq} (pruned)")
+    if report.checkpointed is not None:
+        parts.append(f"checkpointed up to seq {report.checkpointed.seq}")
+    return "; ".join(parts)
 
 
 def show_report(rows: Sequence[Receipt], report: ChainReport, *, as_json: bool) -> None:
@@ -196,18 +264,21 @@ def show_report(rows: Sequence[Receipt], report: ChainReport, *, as_json: bool) 
                 "ok": report.ok,
                 "verified": report.verified,
                 "total": report.total,
-                "head": None if head is None else {"seq": head.seq, "hash": head.hash},
+                "head": _head_json(head),
+                "anchor": _head_json(report.anchor),
+                "checkpointed": _head_json(report.checkpointed),
                 "breaks": breaks,
             }
         )
     else:
-        where = "head row missing" if head is None else f"head seq {head.seq}"
-        click.echo(f"chain: {report.verified} of {report.total} receipts verified; {where}")
+        click.echo(
+            f"chain: {report.verified} of {report.total} receipts verified; {_where(report)}"
+        )
         lines = [
             (
                 "seq " + ("-" if b["seq"] is None else str(b["seq"])),
                 b["kind"],
-                b["receipt_id"] or "",
+                b["receipt_id"] or ("" if b["kind"] in _ROW_KINDS else b["what"]),
             )
             for b in breaks
         ]

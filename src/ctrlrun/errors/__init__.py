@@ -16,6 +16,12 @@ Every field is keyword-only and survives pickling, so refusals cross process bou
 
 from __future__ import annotations
 
+from ctrlrun.errors.chain import (
+    ChainRefusal,
+    ChainRefused,
+    CheckpointInvalid,
+    CheckpointReason,
+)
 from ctrlrun.errors.core import (
     ActionDenied,
     AlreadyCommitted,
@@ -73,6 +79,10 @@ __all__ = [
     "AmbiguousWrite",
     "ApprovalMismatch",
     "ApprovalRequired",
+    "ChainRefusal",
+    "ChainRefused",
+    "CheckpointInvalid",
+    "CheckpointReason",
     "ClaimLost",
     "CtrlrunError",
     "DenyReason",

@@ -55,6 +55,8 @@ class EvidenceSnapshot:
     head: ChainHead | None
     approvals: Mapping[str, ApprovalEvidence] = field(default_factory=dict)
     policy: Policy | None = None
+    anchor: ChainHead | None = None  # where the chain starts after a prune (None: genesis)
+    checkpoints: Sequence[ChainHead] | None = None  # heads signed checkpoints state, verified
 
 
 def cited_approvals(receipts: Iterable[StoredReceipt]) -> set[str]:
@@ -69,15 +71,24 @@ def cited_approvals(receipts: Iterable[StoredReceipt]) -> set[str]:
 
 def verify_evidence(snapshot: EvidenceSnapshot) -> ChainReport:
     """The chain's report with every approval break added (``evidence_breaks``)."""
-    chain = verify_chain(snapshot.receipts, snapshot.head)
+    chain = _chain(snapshot)
     extra = tuple(approval_breaks(snapshot))
     return replace(chain, breaks=chain.breaks + extra) if extra else chain
 
 
 def evidence_breaks(snapshot: EvidenceSnapshot) -> Iterator[ChainBreak]:
     """Every named break of ``snapshot``: the chain's, then the approvals'."""
-    yield from verify_chain(snapshot.receipts, snapshot.head).breaks
+    yield from _chain(snapshot).breaks
     yield from approval_breaks(snapshot)
+
+
+def _chain(snapshot: EvidenceSnapshot) -> ChainReport:
+    return verify_chain(
+        snapshot.receipts,
+        snapshot.head,
+        anchor=snapshot.anchor,
+        checkpoints=snapshot.checkpoints,
+    )
 
 
 def approval_breaks(snapshot: EvidenceSnapshot) -> Iterator[ChainBreak]:

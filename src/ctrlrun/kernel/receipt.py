@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import lru_cache
@@ -50,6 +50,11 @@ class BreakKind(StrEnum):
     APPROVAL_MISMATCH = "approval_mismatch"  # the request binds another action hash
     APPROVAL_UNSIGNED = "approval_unsigned"  # the policy names approvers; no grant verifies
     APPROVAL_QUORUM = "approval_quorum"  # fewer distinct (non-requester) approvers than needed
+    # against signed checkpoints (kernel/checkpoint.py): only when checkpoints are given
+    TAIL_CUT = "tail_cut"
+    HEAD_REWOUND = "head_rewound"
+    CHECKPOINT_MISMATCH = "checkpoint_mismatch"
+    ANCHOR_UNPROVEN = "anchor_unproven"
 
 
 class ChainBreak(NamedTuple):
@@ -68,15 +73,46 @@ class ChainHead(NamedTuple):
 
 GENESIS_HEAD: Final = ChainHead(0, GENESIS_HASH)
 
+_BREAK_TEXT: Final = {
+    BreakKind.CONTENT_ALTERED: "the stored receipt {seq} does not hash to its hash",
+    BreakKind.HASH_MISSING: "receipt {seq} has no hash",
+    BreakKind.LINK_BROKEN: "receipt {seq} does not link to the receipt before it",
+    BreakKind.MISSING: "receipt {seq} is missing from the chain",
+    BreakKind.HEAD_MISMATCH: "the head row (seq {seq}) is not the last receipt",
+    BreakKind.UNCHAINED: "a receipt has no seq",
+    BreakKind.COLUMN_MISMATCH: "receipt {seq}'s indexed columns differ from its document",
+    BreakKind.TAIL_CUT: "receipts up to seq {seq} of partition {partition} were checkpointed"
+    " and are missing",
+    BreakKind.HEAD_REWOUND: "the head of partition {partition} (seq {seq}) is behind a signed"
+    " checkpoint: it was rewound",
+    BreakKind.CHECKPOINT_MISMATCH: "receipt {seq} of partition {partition} is not the one a"
+    " signed checkpoint states: the chain was rewritten at or before seq {seq}",
+    BreakKind.ANCHOR_UNPROVEN: "partition {partition} starts after seq {seq} (pruned), and no"
+    " signed checkpoint states that start",
+}
+
+
+def describe(brk: ChainBreak, partition: int = 0) -> str:
+    """One line saying what ``brk`` means, for a person."""
+    return _BREAK_TEXT[brk.kind].format(
+        seq="-" if brk.seq is None else brk.seq, partition=partition
+    )
+
 
 @dataclass(frozen=True, slots=True)
 class ChainReport:
-    """The verdict over a chain. ``ok`` only if nothing is broken and a head exists."""
+    """The verdict over a chain. ``ok`` only if nothing is broken and a head exists.
+
+    ``anchor`` is where the stored chain starts: genesis, or after a prune the checkpointed
+    ``(seq, hash)`` the oldest remaining receipt links to. ``checkpointed`` is the newest
+    signed checkpoint it was checked against (None when no checkpoints were given)."""
 
     breaks: tuple[ChainBreak, ...]
     verified: int
     total: int
     head: ChainHead | None
+    anchor: ChainHead = GENESIS_HEAD
+    checkpointed: ChainHead | None = None
 
     @property
     def ok(self) -> bool:
@@ -228,7 +264,13 @@ def chain_receipt(draft: Mapping[str, Any], head: ChainHead) -> tuple[int, str, 
     return seq, text, sha256_hex(text.encode("utf-8"))
 
 
-def verify_chain(rows: Iterable[StoredReceipt], head: ChainHead | None) -> ChainReport:
+def verify_chain(
+    rows: Iterable[StoredReceipt],
+    head: ChainHead | None,
+    *,
+    anchor: ChainHead | None = None,
+    checkpoints: Sequence[ChainHead] | None = None,
+) -> ChainReport:
     """Walk ``rows`` (any order; positioned by their ``seq`` column) against ``head``.
 
     Per chained row at most one of ``hash_missing``, ``content_altered``, ``link_broken``,
@@ -237,11 +279,20 @@ def verify_chain(rows: Iterable[StoredReceipt], head: ChainHead | None) -> Chain
     ``head_mismatch``; a row without seq is ``unchained``. One altered field or column yields
     exactly one break: after a content break the walk accepts either the stored or the
     recomputed hash as the link to the next row.
+
+    The walk starts at ``anchor`` (genesis when None; after a prune, the checkpointed head the
+    oldest remaining receipt links to). With ``checkpoints`` (the ``(seq, hash)`` heads that
+    signed checkpoints state, already verified), also: a checkpointed seq beyond the last row
+    is ``tail_cut`` at the newest checkpointed seq; a head row behind it ``head_rewound``; a
+    stored receipt whose hash is not the one a checkpoint states for its seq
+    ``checkpoint_mismatch`` (a rewrite at or before it); an anchor no checkpoint states
+    ``anchor_unproven``. Checkpoints before the anchor state pruned receipts and are skipped.
     """
+    start = anchor or GENESIS_HEAD
     rows = list(rows)
     chained = sorted((r for r in rows if r.seq is not None), key=lambda r: r.seq or 0)
     breaks = [ChainBreak(BreakKind.UNCHAINED, None) for r in rows if r.seq is None]
-    expected_seq, links = 1, {GENESIS_HASH}
+    expected_seq, links = start.seq + 1, {start.hash}
     verified = 0
     for row in chained:
         seq = row.seq or 0
@@ -253,11 +304,55 @@ def verify_chain(rows: Iterable[StoredReceipt], head: ChainHead | None) -> Chain
         else:
             breaks.append(ChainBreak(found, seq))
         expected_seq = seq + 1
-    if head is not None:
-        last_seq = chained[-1].seq if chained else 0
-        if head.seq != last_seq or head.hash not in links:
-            breaks.append(ChainBreak(BreakKind.HEAD_MISMATCH, head.seq))
-    return ChainReport(tuple(breaks), verified, len(rows), head)
+    last_seq = (chained[-1].seq or 0) if chained else start.seq
+    if head is not None and (head.seq != last_seq or head.hash not in links):
+        breaks.append(ChainBreak(BreakKind.HEAD_MISMATCH, head.seq))
+    newest = None
+    if checkpoints is not None:
+        breaks += _against_checkpoints(chained, last_seq, head, start, checkpoints)
+        newest = max(checkpoints, default=None)
+    return ChainReport(tuple(breaks), verified, len(rows), head, start, newest)
+
+
+def as_of_head(
+    rows: Sequence[StoredReceipt], before: ChainHead | None, after: ChainHead | None
+) -> list[StoredReceipt]:
+    """The rows to judge against ``before``, the head read before them, when ``after`` (read
+    after them) moved on: the receipts in ``(before.seq, after.seq]`` were appended while the
+    rows were read, and are left out (every receipt up to ``before.seq`` committed before it
+    was read, so none is missing). Rows beyond ``after`` and rows without a seq stay: no
+    writer put them there. When the head did not move, every row."""
+    if before is None or after is None or after.seq <= before.seq:
+        return list(rows)
+    return [r for r in rows if r.seq is None or not before.seq < r.seq <= after.seq]
+
+
+def _against_checkpoints(
+    chained: Sequence[StoredReceipt],
+    last_seq: int,
+    head: ChainHead | None,
+    start: ChainHead,
+    checkpoints: Sequence[ChainHead],
+) -> list[ChainBreak]:
+    """The breaks that only signed checkpoints can show (see ``verify_chain``)."""
+    found: list[ChainBreak] = []
+    if start != GENESIS_HEAD and start not in checkpoints:
+        found.append(ChainBreak(BreakKind.ANCHOR_UNPROVEN, start.seq))
+    stored = {
+        row.seq: row.hash or sha256_hex(row.text.encode("utf-8"))
+        for row in chained
+        if row.seq is not None
+    }
+    stored[start.seq] = start.hash
+    for seq, digest in sorted(set(checkpoints)):
+        if seq >= start.seq and stored.get(seq, digest) != digest:
+            found.append(ChainBreak(BreakKind.CHECKPOINT_MISMATCH, seq))
+    newest = max((c.seq for c in checkpoints), default=0)
+    if newest > last_seq:
+        found.append(ChainBreak(BreakKind.TAIL_CUT, newest))
+    if head is not None and head.seq < newest:
+        found.append(ChainBreak(BreakKind.HEAD_REWOUND, head.seq))
+    return found
 
 
 def _check_row(row: StoredReceipt, links: set[str]) -> tuple[BreakKind | None, set[str]]:

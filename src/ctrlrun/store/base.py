@@ -40,7 +40,7 @@ from ctrlrun.kernel.evidence_check import (
     verify_evidence,
 )
 from ctrlrun.kernel.policy import Policy
-from ctrlrun.kernel.receipt import ChainHead, ChainReport, Receipt
+from ctrlrun.kernel.receipt import ChainHead, ChainReport, Receipt, as_of_head
 from ctrlrun.store import codec
 from ctrlrun.store.codec import Row
 from ctrlrun.store.ops import Txn
@@ -48,8 +48,6 @@ from ctrlrun.store.ops.actions import finish_action_in_txn, record_in_txn, start
 from ctrlrun.store.ops.approvals import answer_approval_in_txn, put_approval_request_in_txn
 from ctrlrun.store.ops.effects import begin_execution_in_txn, resolve_effect_in_txn
 from ctrlrun.store.protocol import DriverTxn, FinishRequest, Started, StartRequest
-
-_SNAPSHOT_TRIES = 5
 
 T = TypeVar("T")
 
@@ -247,32 +245,50 @@ class SQLStore:
         rows = self._rows("chain_head_get")
         return ChainHead(int(rows[0]["seq"]), rows[0]["hash"]) if rows else None
 
-    def verify_chain(self, policy: Policy | None = None) -> ChainReport:
-        """See ``StateStore.verify_chain``."""
-        return verify_evidence(self.evidence_snapshot(policy))
+    def chain_anchor(self) -> ChainHead | None:
+        """See ``StateStore.chain_anchor``."""
+        rows = [r for r in self._rows("anchor_list") if int(r["partition_id"]) == 0]
+        return ChainHead(int(rows[0]["seq"]), rows[0]["hash"]) if rows else None
 
-    def evidence_snapshot(self, policy: Policy | None = None) -> EvidenceSnapshot:
-        """The receipts with their indexed columns, the head read on both sides of them (a
-        head that did not move means the rows are the ones it describes; after a few moving
-        tries the last read is judged as it stands), and the requests they cite with their
-        grants."""
-        for _ in range(_SNAPSHOT_TRIES):
-            before = self.chain_head()
-            rows = tuple(
-                codec.receipt_from_row(r, columns=True) for r in self._rows("receipt_list_verify")
-            )
-            head = self.chain_head()
-            if before == head:
-                break
+    def verify_chain(
+        self,
+        policy: Policy | None = None,
+        *,
+        checkpoints: Sequence[ChainHead] | None = None,
+    ) -> ChainReport:
+        """See ``StateStore.verify_chain``."""
+        return verify_evidence(self.evidence_snapshot(policy, checkpoints=checkpoints))
+
+    def evidence_snapshot(
+        self,
+        policy: Policy | None = None,
+        *,
+        checkpoints: Sequence[ChainHead] | None = None,
+    ) -> EvidenceSnapshot:
+        """What the verifier judges, in one pass: the head, the anchor, the rows, the head
+        again. Receipts appended while the rows were read are left to the next verification
+        (``as_of_head``), so a busy store is judged as of the first head, never mistaken for
+        a broken one. Then the requests the rows cite, with their grants."""
+        before = self.chain_head()
+        anchor = self.chain_anchor()
+        rows = [codec.receipt_from_row(r, columns=True) for r in self._rows("receipt_list_verify")]
+        after = self.chain_head()
+        kept = tuple(as_of_head(rows, before, after))
+        return EvidenceSnapshot(
+            kept, before, self._cited(kept), policy, anchor=anchor, checkpoints=checkpoints
+        )
+
+    def _cited(self, rows: Sequence[Receipt]) -> dict[str, ApprovalEvidence]:
+        """The requests ``rows`` cite, each with every grant row it has."""
         cited = cited_approvals(rows)
+        if not cited:
+            return {}
         grants: dict[str, list[Grant]] = {}
-        if cited:
-            for row in self._rows("approval_grant_list_all"):
-                grant = Grant(row["approver"], self._read_ts(row["granted_at"]), row["signature"])
-                grants.setdefault(row["approval_id"], []).append(grant)
-        approvals = {
+        for row in self._rows("approval_grant_list_all"):
+            grant = Grant(row["approver"], self._read_ts(row["granted_at"]), row["signature"])
+            grants.setdefault(row["approval_id"], []).append(grant)
+        return {
             r.approval_id: ApprovalEvidence(r, tuple(grants.get(r.approval_id, ())))
-            for r in (self.list_approvals() if cited else ())
+            for r in self.list_approvals()
             if r.approval_id in cited
         }
-        return EvidenceSnapshot(rows, head, approvals, policy)

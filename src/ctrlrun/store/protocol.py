@@ -9,7 +9,7 @@ EXPIRED), which commit before the refusal is raised. Reads never transition anyt
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol, TypeVar, runtime_checkable
@@ -235,10 +235,23 @@ class StateStore(Protocol):
         """The head row, or None if it is missing."""
         ...
 
-    def verify_chain(self, policy: Policy | None = None) -> ChainReport:
-        """Every break of the stored evidence by kind and seq: the receipt chain's, and the
-        approvals its receipts cite, judged under ``policy`` when its hash is the
-        receipt's (``kernel.evidence_check``)."""
+    def chain_anchor(self) -> ChainHead | None:
+        """Where the stored chain starts after a prune: the checkpointed head the oldest
+        remaining receipt links to; None when it starts at genesis (never pruned)."""
+        ...
+
+    def verify_chain(
+        self,
+        policy: Policy | None = None,
+        *,
+        checkpoints: Sequence[ChainHead] | None = None,
+    ) -> ChainReport:
+        """Every break of the stored evidence by kind and seq: the receipt chain's, walked
+        from ``chain_anchor``; with ``checkpoints`` (the heads signed checkpoints state,
+        already verified: ``ctrlrun.checkpoints.load_checkpoints``) also a cut tail, a rewound
+        head, a rewrite before a checkpoint and an unproven anchor
+        (``kernel.receipt.verify_chain``); and the approvals its receipts cite, judged under
+        ``policy`` when its hash is the receipt's (``kernel.evidence_check``)."""
         ...
 
     def close(self) -> None:

@@ -39,6 +39,7 @@ GUARANTEES: Final = (
     Guarantee("G9", "altered receipt detected", evidence.altered_receipt_detected),
     Guarantee("G10", "expired lease becomes ambiguous", leases.expired_lease_ambiguous),
     Guarantee("G11", "lost commit never failed", commit.lost_commit_never_failed),
+    Guarantee("G12", "cut tail detected", evidence.cut_tail_detected),
 )
 
 Progress = Callable[[Guarantee, Result | None], None]

@@ -47,6 +47,11 @@ class Scratch(Protocol):
         """Overwrite the stored document of receipt ``seq`` (for G9), behind the store."""
         ...
 
+    def cut_tail(self, seq: int, head_hash: str) -> None:
+        """Delete every receipt after ``seq`` and rewind the head row to ``(seq, head_hash)``
+        (for G12), behind the store, in one transaction."""
+        ...
+
 
 class _Handles:
     def __init__(self) -> None:
@@ -80,6 +85,14 @@ class SQLiteScratch(_Handles):
     def tamper_receipt(self, seq: int, document: str) -> None:
         with sqlite3.connect(self.path) as conn:
             conn.execute("UPDATE receipts SET document = ? WHERE seq = ?", (document, seq))
+        conn.close()
+
+    def cut_tail(self, seq: int, head_hash: str) -> None:
+        with sqlite3.connect(self.path) as conn:
+            conn.execute("DELETE FROM receipts WHERE seq > ?", (seq,))
+            conn.execute(
+                "UPDATE receipt_chain SET seq = ?, hash = ? WHERE id = 1", (seq, head_hash)
+            )
         conn.close()
 
 
@@ -157,6 +170,14 @@ class PostgresScratch(_Handles):
         with self.admin() as conn:
             statement = sql.SQL("UPDATE {}.receipts SET document = %s WHERE seq = %s")
             conn.execute(statement.format(sql.Identifier(self.schema)), [document, seq])
+
+    def cut_tail(self, seq: int, head_hash: str) -> None:
+        sql = importlib.import_module("psycopg.sql")
+        schema = sql.Identifier(self.schema)
+        with self.admin() as conn, conn.transaction():
+            conn.execute(sql.SQL("DELETE FROM {}.receipts WHERE seq > %s").format(schema), [seq])
+            rewind = sql.SQL("UPDATE {}.receipt_chain SET seq = %s, hash = %s WHERE id = 1")
+            conn.execute(rewind.format(schema), [seq, head_hash])
 
 
 class PostgresScratches:

@@ -161,6 +161,22 @@ CREATE TABLE {schema}.approvals (
     CONSTRAINT approvals_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'granted'::text, 'denied'::text, 'expired'::text, 'consumed'::text])))
 );
 
+CREATE TABLE {schema}.checkpoints (
+    checkpoint_id bigint NOT NULL,
+    made_at timestamp with time zone NOT NULL,
+    origin text NOT NULL COLLATE pg_catalog."C",
+    statement text NOT NULL
+);
+
+ALTER TABLE {schema}.checkpoints ALTER COLUMN checkpoint_id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME {schema}.checkpoints_checkpoint_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
 CREATE TABLE {schema}.document_versions (
     doc_id text NOT NULL COLLATE pg_catalog."C",
     version bigint NOT NULL,
@@ -303,6 +319,16 @@ CREATE TABLE {schema}.plans (
     CONSTRAINT plans_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'approved'::text, 'executing'::text, 'executed'::text, 'failed'::text, 'expired'::text, 'rejected'::text])))
 );
 
+CREATE TABLE {schema}.receipt_anchor (
+    partition_id integer NOT NULL,
+    seq bigint NOT NULL,
+    hash text NOT NULL COLLATE pg_catalog."C",
+    statement text NOT NULL,
+    anchored_at timestamp with time zone NOT NULL,
+    CONSTRAINT receipt_anchor_partition_id_check CHECK ((partition_id >= 0)),
+    CONSTRAINT receipt_anchor_seq_check CHECK ((seq >= 1))
+);
+
 CREATE TABLE {schema}.receipt_chain (
     id integer NOT NULL,
     seq bigint NOT NULL,
@@ -357,6 +383,9 @@ ALTER TABLE ONLY {schema}.approval_grants
 ALTER TABLE ONLY {schema}.approvals
     ADD CONSTRAINT approvals_pkey PRIMARY KEY (approval_id);
 
+ALTER TABLE ONLY {schema}.checkpoints
+    ADD CONSTRAINT checkpoints_pkey PRIMARY KEY (checkpoint_id);
+
 ALTER TABLE ONLY {schema}.document_versions
     ADD CONSTRAINT document_versions_pkey PRIMARY KEY (doc_id, version);
 
@@ -386,6 +415,9 @@ ALTER TABLE ONLY {schema}.plan_steps
 
 ALTER TABLE ONLY {schema}.plans
     ADD CONSTRAINT plans_pkey PRIMARY KEY (plan_id);
+
+ALTER TABLE ONLY {schema}.receipt_anchor
+    ADD CONSTRAINT receipt_anchor_pkey PRIMARY KEY (partition_id);
 
 ALTER TABLE ONLY {schema}.receipt_chain
     ADD CONSTRAINT receipt_chain_pkey PRIMARY KEY (id);

@@ -25,6 +25,13 @@ CREATE TABLE approvals (
     consumed_by  TEXT
 , required INTEGER NOT NULL DEFAULT 1, excluded_json TEXT NOT NULL DEFAULT '[]');
 
+CREATE TABLE checkpoints (
+    checkpoint_id INTEGER PRIMARY KEY,
+    made_at       TEXT NOT NULL,
+    origin        TEXT NOT NULL,
+    statement     TEXT NOT NULL
+);
+
 CREATE TABLE document_versions (
     doc_id       TEXT NOT NULL REFERENCES documents (doc_id),
     version      INTEGER NOT NULL CHECK (version >= 1),
@@ -153,6 +160,14 @@ CREATE TABLE plans (
     interruptions        INTEGER NOT NULL DEFAULT 0,
     error                TEXT
 , approval_signature TEXT);
+
+CREATE TABLE receipt_anchor (
+    partition_id INTEGER PRIMARY KEY CHECK (partition_id >= 0),
+    seq          INTEGER NOT NULL CHECK (seq >= 1),
+    hash         TEXT NOT NULL,
+    statement    TEXT NOT NULL,
+    anchored_at  TEXT NOT NULL
+) WITHOUT ROWID;
 
 CREATE TABLE receipt_chain (
     id   INTEGER PRIMARY KEY CHECK (id = 1),

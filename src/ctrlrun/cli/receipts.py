@@ -234,6 +234,11 @@ _ROW_KINDS: Final = frozenset(
         BreakKind.LINK_BROKEN,
         BreakKind.UNCHAINED,
         BreakKind.COLUMN_MISMATCH,
+        BreakKind.APPROVAL_REUSED,
+        BreakKind.APPROVAL_MISSING,
+        BreakKind.APPROVAL_MISMATCH,
+        BreakKind.APPROVAL_UNSIGNED,
+        BreakKind.APPROVAL_QUORUM,
     }
 )
 """The breaks found at a stored row, which the listing names by receipt id."""

@@ -89,6 +89,15 @@ _BREAK_TEXT: Final = {
     " signed checkpoint states: the chain was rewritten at or before seq {seq}",
     BreakKind.ANCHOR_UNPROVEN: "partition {partition} starts after seq {seq} (pruned), and no"
     " signed checkpoint states that start",
+    BreakKind.APPROVAL_REUSED: "receipt {seq} spends an approval an earlier committed receipt"
+    " spent: it ran twice on one grant",
+    BreakKind.APPROVAL_MISSING: "receipt {seq} cites an approval the store does not hold (or"
+    " an approved call cites none)",
+    BreakKind.APPROVAL_MISMATCH: "receipt {seq} cites an approval for another action",
+    BreakKind.APPROVAL_UNSIGNED: "receipt {seq} cites an approval with no grant signed by an"
+    " approver the policy names",
+    BreakKind.APPROVAL_QUORUM: "receipt {seq} cites an approval with fewer distinct approvers"
+    " than its policy asks",
 }
 
 

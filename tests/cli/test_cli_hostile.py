@@ -89,9 +89,6 @@ def hostile(empty):
     path = Path(store.path)
     store.close()
     with sqlite3.connect(path) as conn:  # fields ctrlrun now refuses such text in
-        row = conn.execute("SELECT action_json FROM approvals").fetchone()
-        action = json.loads(row[0]) | {"principal": {"agent": HOSTILE, "user": None}}
-        conn.execute("UPDATE approvals SET action_json = ?", (json.dumps(action),))
         conn.execute("UPDATE effects SET effect_key = ? WHERE effect_key = 'post:m2'", (HOSTILE,))
     conn.close()
     reader = ctrlrun.SQLiteStateStore(path)
@@ -117,7 +114,7 @@ def looks_safe(view, rows: int | None = None) -> list[str]:
 def test_listings_show_hostile_values_escaped_on_one_row_each(hostile, empty):
     approvals = looks_safe(seen("approvals", cwd=empty), rows=2)
     assert IN_JSON in approvals[2]  # the arguments, in full, on the request's own row
-    assert "\\u202e" in approvals[2].split("notify.send")[1]  # the principal, escaped
+    assert "\\u202e" in approvals[2].split("notify.send")[1]  # after the name, escaped
     effects = looks_safe(seen("effects", cwd=empty), rows=2)
     assert "\\x1b[2J" in effects[1] + effects[2]
     receipts = looks_safe(seen("receipts", cwd=empty), rows=2)
@@ -133,7 +130,7 @@ def test_inspect_plan_and_approve_show_hostile_values_escaped(hostile, empty):
     plan = looks_safe(seen("plans", "show", hostile["plan"], cwd=empty), rows=8)
     assert IN_JSON in plan[-1]  # the step's argument, whole, on the step's row
     granted = looks_safe(seen("approve", hostile["approval"], cwd=empty), rows=2)
-    assert IN_JSON in granted[1] and SHOWN in granted[1]  # the arguments and the principal
+    assert IN_JSON in granted[1]  # the arguments, whole
     assert granted[2].startswith("expires ")
 
 
@@ -141,8 +138,25 @@ def test_json_stays_exact(hostile, empty):
     line = run("approvals", "--json", "--store-url", f"sqlite://{empty}/.ctrlrun/state.db")
     document = json.loads(line.stdout)
     assert document["action"]["arguments"]["body"] == HOSTILE
-    assert document["action"]["principal"]["agent"] == HOSTILE
     assert "\\u202e" in line.stdout and "\u202e" not in line.stdout
+
+
+def test_a_request_rewritten_with_hostile_text_shows_none_of_it(hostile, empty):
+    # a principal ctrlrun refuses, written into the stored request as an attacker with the
+    # file would: it no longer hashes to what the request binds, so it is shown as tampering
+    path = empty / ".ctrlrun" / "state.db"
+    with sqlite3.connect(path) as conn:
+        row = conn.execute("SELECT action_json FROM approvals").fetchone()
+        action = json.loads(row[0]) | {"principal": {"agent": HOSTILE, "user": None}}
+        conn.execute("UPDATE approvals SET action_json = ?", (json.dumps(action),))
+    conn.close()
+    view = seen("approvals", cwd=empty)
+    assert view.code == 0 and view.unsafe_written() == []
+    shown = "\n".join(view.lines)
+    assert "TAMPERED" in shown and "FORGED" not in shown and "\\u202e" not in shown
+    refusal = seen("approve", hostile["approval"], cwd=empty)
+    assert refusal.code == 1 and refusal.unsafe_written() == []
+    assert refusal.lines[1].startswith("Error: approval ") and "tampered" in refusal.lines[1]
 
 
 def test_an_error_line_is_one_escaped_line(hostile, empty):

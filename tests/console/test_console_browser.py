@@ -101,18 +101,22 @@ def test_a_tampered_receipt_shows_as_a_break_at_its_seq(page, agents, tmp_path):
 def test_hostile_strings_render_inert(page, agents, tmp_path):
     needed = agents.notify("m1", HOSTILE)
     assert isinstance(needed, ctrlrun.ApprovalRequired)
-    row = agents.store.get_approval(needed.request_id)
-    forged = {**row.action, "principal": {"agent": HOSTILE, "user": None}}
-    tamper(  # a principal ctrlrun now refuses at the door, written behind its back
-        agents.path,
-        f"UPDATE approvals SET action_json = '{json.dumps(forged)}'",
-    )
     page.goto("/")
     request = page.locator(f"#request-{needed.request_id}")
-    assert "\\u202e" in request.locator(".principal").inner_text()
     shown = request.locator(".value").first.inner_text()
     assert "\\u202e" in shown and "<script>" in shown and "\\n" in shown and "\\u001b" in shown
     assert not re.search("[\u202e\u202c\x1b\x07]", page.content())
     assert page.evaluate("window.__pwned") is None
     assert page.locator("main script").count() == 0
     screenshot(page, "hostile", tmp_path)
+    row = agents.store.get_approval(needed.request_id)
+    forged = {**row.action, "principal": {"agent": HOSTILE, "user": None}}
+    tamper(  # a principal ctrlrun refuses at the door, written behind its back: tampering
+        agents.path,
+        f"UPDATE approvals SET action_json = '{json.dumps(forged)}'",
+    )
+    page.goto("/")
+    assert page.locator(f"#tampered-{needed.request_id}").count() == 1
+    assert page.locator(f"#request-{needed.request_id}").count() == 0
+    assert "pwned" not in page.content() and page.evaluate("window.__pwned") is None
+    screenshot(page, "tampered", tmp_path)

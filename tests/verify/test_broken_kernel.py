@@ -39,7 +39,7 @@ def test_a_verifier_that_ignores_checkpoints_fails_g12(monkeypatch, policy):
     def blind(rows, head, *, anchor=None, checkpoints=None):
         return walk(rows, head, anchor=anchor)
 
-    monkeypatch.setattr("ctrlrun.store.base.verify_chain", blind)
+    monkeypatch.setattr("ctrlrun.kernel.evidence_check.verify_chain", blind)  # the one walk
     report = run(policy(POLICY), only=["G9", "G12"])
     by_id = {r.gid: r for r in report.results}
     assert by_id["G9"].status is Status.PASS

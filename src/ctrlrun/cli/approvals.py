@@ -35,6 +35,8 @@ from ctrlrun.cli.common import (
 from ctrlrun.config import load_policy_file
 from ctrlrun.kernel.approval import ApprovalRecord, ApprovalStatus
 from ctrlrun.kernel.event import Event, EventType
+from ctrlrun.kernel.request_check import is_tampered, recomputed_hash
+from ctrlrun.runtime.answering import TAMPERED, refuse_if_tampered, sign_answer, split_tampered
 from ctrlrun.runtime.request_facts import RequestFacts, request_facts
 from ctrlrun.store.protocol import StateStore
 
@@ -199,22 +201,62 @@ def approvals(status: str | None, pending: bool, as_json: bool, store_url: str |
         reasons = denial_reasons(store, records)
         answered = any(r.approver for r in records) or any(r.required > 1 for r in records)
         answers = answers_given(store.events()) if as_json and answered else {}
-        facts = {
+        tampered = {r.approval_id for r in records if is_tampered(r)}
+        facts = {  # what a person needs beside a request: never from a tampered one
             r.approval_id: request_facts(store, r, policy, _granted_so_far(store, r))
             for r in records
+            if r.approval_id not in tampered
         }
+    if tampered:  # evidence: recorded once per request, in a store opened to write
+        with existing_store(store_url, writing=True) as store:
+            split_tampered(store, [r for r in records if r.approval_id in tampered])
     now = utc_now()
     if as_json:
         for record in records:
             rid = record.approval_id
             document = approval_document(record, now, reasons.get(rid), answers.get(rid))
-            json_line(document | facts[rid].document())
+            if rid in tampered:
+                document = tampered_document(record, document)
+            else:
+                document |= facts[rid].document()
+            json_line(document)
         return
     if not records:
         say("nothing waits for a human" if status == "pending" else "no approval requests yet")
         return
-    rows = [_row(r, now, reasons.get(r.approval_id), facts[r.approval_id]) for r in records]
+    rows = [
+        _tampered_row(r)
+        if r.approval_id in tampered
+        else _row(r, now, reasons.get(r.approval_id), facts[r.approval_id])
+        for r in records
+    ]
     table(rows, header=HEADER, color_column=1)
+    if tampered:
+        say(
+            f"{len(tampered)} request(s) TAMPERED: the stored action does not hash to the action"
+            " it binds; they cannot be answered (recorded as events)",
+            err=True,
+        )
+
+
+def tampered_document(record: ApprovalRecord, document: dict[str, Any]) -> dict[str, Any]:
+    """The ``--json`` form of a tampered request: ``status`` ``tampered``, the stored
+    status kept as ``stored_status``, and no action (what it shows is not what it binds)."""
+    return {
+        **document,
+        "status": TAMPERED,
+        "stored_status": document["status"],
+        "action": None,
+        "recomputed_hash": recomputed_hash(record.action),
+    }
+
+
+def _tampered_row(record: ApprovalRecord) -> tuple[str, ...]:
+    """A tampered request's row: nothing of what it stores, only why it is not shown."""
+    found = recomputed_hash(record.action)
+    said = f"stored action hashes to {found or 'nothing'}, not {record.action_hash}"
+    blank = ("-",) * (len(HEADER) - 4)
+    return (record.approval_id, "TAMPERED", when(record.expires_at), *blank, said)
 
 
 def _answered(verb: str, record: ApprovalRecord, person: str) -> None:
@@ -230,17 +272,27 @@ answerer_option = person_option(default=CLI_PERSON, legacy_env=(APPROVER_ENV,))
 approver whose key signs. Default ``cli:local``."""
 
 
-def _signature(store: StateStore, approval_id: str, person: str, key: str | None) -> str | None:
-    """``person``'s signature of the request with the private key in file ``key``, checked
-    against the approvers the policy file names (when it is there and names any)."""
-    if key is None:
-        return None
-    from ctrlrun.runtime.approvals import sign_grant
-
+def _signature(
+    store: StateStore, approval_id: str, person: str, key: str | None, *, grant: bool
+) -> str | None:
+    """Check the stored request (tampering refused and recorded) and, with the private key
+    in file ``key``, sign ``person``'s answer over the recomputed hash. When the policy file
+    names approvers, every answer must be signed by one of them (refused otherwise, before
+    anything is written)."""
     record = store.get_approval(approval_id)
+    refuse_if_tampered(store, record)
+    keys = _approver_keys()
+    if key is None and not keys:
+        return None
     if record is None:
         raise Refusal(f"approval {approval_id} is unknown")
-    return sign_grant(_approver_keys(), record, person, Path(key).read_bytes())
+    if key is None:
+        verb = "grant" if grant else "denial"
+        raise Refusal(
+            f"the policy names approvers: the {verb} must be signed (--key FILE, the key of"
+            f" {person!r}); nothing written"
+        )
+    return sign_answer(keys, record, person, Path(key).read_bytes(), grant=grant)
 
 
 def _approver_keys() -> dict[str, str]:
@@ -286,12 +338,13 @@ def approve(  # noqa: PLR0917 - click passes one argument per option
     with existing_store(store_url, writing=True) as store:
         if action_hash is not None:
             held = store.get_approval(approval_id)
+            refuse_if_tampered(store, held)  # its hash is not what the person reviewed
             if held is not None and held.action_hash != action_hash:
                 raise Refusal(
                     f"approval {approval_id} is for action {held.action_hash}, not the"
                     f" {action_hash} you reviewed; nothing granted"
                 )
-        signature = _signature(store, approval_id, person, key)
+        signature = _signature(store, approval_id, person, key, grant=True)
         record = store.grant_approval(approval_id, person, signature, reason)
     _answered("granted", record, person)
     if reason is not None:
@@ -307,14 +360,25 @@ def approve(  # noqa: PLR0917 - click passes one argument per option
 
 @click.command()
 @click.argument("approval_id", metavar="ID")
+@click.option(
+    "--key",
+    metavar="FILE",
+    help="Sign the denial with this Ed25519 private key (required when the policy names"
+    " approvers).",
+)
 @answerer_option
 @reason_option
 @store_url_option
-def deny(approval_id: str, reason: str | None, person: str, store_url: str | None) -> None:
-    """Deny the pending request ID, as --as NAME (default cli:local). The identical call
-    is then denied until the request would have expired."""
+def deny(
+    approval_id: str, reason: str | None, key: str | None, person: str, store_url: str | None
+) -> None:
+    """Deny the pending request ID, as --as NAME (default cli:local), signed with --key.
+    The identical call is then denied until the request would have expired. When the
+    policy names approvers, only a denial signed by one of them is accepted (a veto needs a
+    key). A tampered request is refused (exit 1)."""
     with existing_store(store_url, writing=True) as store:
-        record = store.deny_approval(approval_id, person, reason)
+        signature = _signature(store, approval_id, person, key, grant=False)
+        record = store.deny_approval(approval_id, person, reason, signature)
     _answered("denied", record, person)
     if reason is not None:
         say(f"reason: {reason}")

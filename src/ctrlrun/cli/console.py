@@ -17,12 +17,12 @@ from ctrlrun.cli.common import (
     Refusal,
     checked_store_url,
     default_store_url,
-    display_policy,
     listen_address,
     say,
 )
 from ctrlrun.cli.serve import bind_listening
 from ctrlrun.errors import CtrlrunError, MissingDependency
+from ctrlrun.kernel.policy import Policy
 from ctrlrun.loopback import HostGuard, is_loopback, served_names
 
 DEFAULT_LISTEN = "127.0.0.1:8738"
@@ -63,7 +63,7 @@ def _parts() -> tuple[Any, Any, Any]:
 @click.option(
     "--approver-key",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Sign every grant with this Ed25519 private key (`ctrlrun approver keygen`).",
+    help="Sign every answer (grant or denial) with this Ed25519 private key.",
 )
 @click.option("--timeout", type=click.FloatRange(0.1, 3600), default=10.0, show_default=True)
 @click.option("--max-connections", type=click.IntRange(1, 10_000), default=64, show_default=True)
@@ -96,6 +96,7 @@ def console(  # noqa: PLR0917 - click passes one argument per option
             load_accounts(accounts) if accounts else None, trusted_header=trusted_header
         )
         url = default_store_url() if store_url is None else store_url
+        policy = _policy()
         state: Any = open_store(url, existing=True)
         sock = bind_listening(host, port)
     except (CtrlrunError, OSError) as exc:
@@ -111,7 +112,8 @@ def console(  # noqa: PLR0917 - click passes one argument per option
                     state,
                     gate,
                     approver_key.read_bytes() if approver_key else None,
-                    display_policy(),
+                    dict(policy.approvers) if policy is not None else None,
+                    policy,
                 ),
                 names,
             ),
@@ -121,6 +123,18 @@ def console(  # noqa: PLR0917 - click passes one argument per option
         )
     finally:
         state.close()
+
+
+def _policy() -> Policy | None:
+    """The policy file (found as ``Control.from_file`` finds it), if it is there: how the
+    console shows arguments and rules, and the approvers it must sign for (it then refuses any
+    answer it cannot sign as the signed-in person). A file that is there but does not load is
+    refused: a console that cannot tell whether answers must be signed does not start."""
+    from ctrlrun.config import load_policy_file
+    from ctrlrun.runtime.locate import policy_path
+
+    path = policy_path()
+    return load_policy_file(path) if path.is_file() else None
 
 
 @click.command("console-account")

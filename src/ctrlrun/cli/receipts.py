@@ -19,6 +19,7 @@ from ctrlrun.cli.common import (
     who,
 )
 from ctrlrun.cli.held import check_file
+from ctrlrun.kernel.policy import Policy
 from ctrlrun.kernel.receipt import (
     BreakKind,
     ChainHead,
@@ -186,19 +187,31 @@ def _verify_chain(
 ) -> None:
     heads = None if proven is None else checkpoint_heads(proven)
     with existing_store(store_url) as store:
-        rows, report = chain_snapshot(store, heads)
+        rows, report = chain_snapshot(store, heads, _located_policy())
     show_report(rows, report, as_json=as_json)
 
 
 def chain_snapshot(
-    store: StateStore, checkpoints: Sequence[ChainHead] | None = None
+    store: StateStore,
+    checkpoints: Sequence[ChainHead] | None = None,
+    policy: Policy | None = None,
 ) -> tuple[tuple[Receipt, ...], ChainReport]:
     """The receipts, and the store's own verdict over its chain (``store.verify_chain``: the
-    one verifier, reading rows, anchor and head as one snapshot), judged against the heads of
-    signed ``checkpoints`` when given. The rows are read again to name the receipts a break
-    concerns."""
-    report = store.verify_chain(checkpoints=checkpoints)
+    one verifier, reading rows, anchor and head as one snapshot, with the indexed columns and
+    the cited approvals), judged against the heads of signed ``checkpoints`` when given and
+    the approvals' grants under ``policy``. The rows are read again to name the receipts a
+    break concerns."""
+    report = store.verify_chain(policy, checkpoints=checkpoints)
     return store.receipts(), report
+
+
+def _located_policy() -> Policy | None:
+    """The policy file, when there is one (``$CTRLRUN_CONFIG`` or ./ctrlrun.yaml)."""
+    from ctrlrun.config import load_policy_file
+    from ctrlrun.runtime.locate import policy_path
+
+    path = policy_path()
+    return load_policy_file(path) if path.is_file() else None
 
 
 def break_rows(rows: Sequence[Receipt], report: ChainReport) -> list[dict[str, Any]]:
@@ -224,6 +237,11 @@ _ROW_KINDS: Final = frozenset(
         BreakKind.UNCHAINED,
         BreakKind.COLUMN_MISMATCH,
         BreakKind.UNREADABLE,
+        BreakKind.APPROVAL_REUSED,
+        BreakKind.APPROVAL_MISSING,
+        BreakKind.APPROVAL_MISMATCH,
+        BreakKind.APPROVAL_UNSIGNED,
+        BreakKind.APPROVAL_QUORUM,
     }
 )
 """The breaks found at a stored row, which the listing names by receipt id."""

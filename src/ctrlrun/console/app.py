@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from importlib import resources
 from typing import Any, Final
 
@@ -112,15 +113,20 @@ async def static(request: Request) -> Response:
 
 
 def create_app(
-    store: Any, gate: Gate, signing_key: bytes | None = None, policy: Policy | None = None
+    store: Any,
+    gate: Gate,
+    signing_key: bytes | None = None,
+    approver_keys: Mapping[str, str] | None = None,
+    policy: Policy | None = None,
 ) -> ASGIApp:
-    """The console over ``store``; who may use it is ``gate``'s to say; its grants are signed
-    with ``signing_key`` when given; ``policy`` (when given) says how arguments are shown and
-    what each rule says."""
+    """The console over ``store``; who may use it is ``gate``'s to say; its answers are signed
+    with ``signing_key`` when given, and must be when ``approver_keys`` (the policy's
+    ``approvers``) names any; ``policy`` (when given) says how arguments are shown and what
+    each rule says."""
     routes = [
         *_sign_in_routes(gate),
         Route("/static/{name}", static),
-        *inbox.routes(InboxSource(store, signing_key, policy), gate),
+        *inbox.routes(InboxSource(store, signing_key, approver_keys, policy), gate),
         *effects.routes(store, gate, policy),
         *receipts.routes(store),
         *stats.routes(store),

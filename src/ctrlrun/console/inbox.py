@@ -26,11 +26,12 @@ def routes(source: InboxSource, gate: Gate) -> list[Route]:
     """The inbox's routes over ``source``."""
 
     async def inbox(request: Request) -> Response:
-        pending = await run_in_threadpool(source.pending)
+        pending, tampered = await run_in_threadpool(source.listing)
         return page(
             request,
             "inbox.html",
             pending=pending,
+            tampered=tampered,
             now=utc_now(),
             done=done_notice(request),
         )

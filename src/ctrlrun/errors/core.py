@@ -36,6 +36,7 @@ class MismatchReason(StrEnum):
     POLICY_CHANGED = "policy_changed"
     REQUESTER = "requester"
     UNSIGNED = "unsigned"
+    TAMPERED = "tampered"  # the stored request does not hash to the action it binds
 
 
 class DuplicateState(StrEnum):

@@ -23,7 +23,7 @@ from ctrlrun.canonical import (
     sha256_hex,
     string_text,
 )
-from ctrlrun.errors import InvalidArgument
+from ctrlrun.errors import CtrlrunError, InvalidArgument
 from ctrlrun.kernel.text import check_label, check_optional_label
 
 ACTION_SCHEMA: Final = "ctrlrun.action/v1"
@@ -256,3 +256,25 @@ class Action:
 
     def __repr__(self) -> str:
         return f"Action({self.name!r}, action_id={self.action_id!r}, hash={self._hash[:15]}…)"
+
+
+_ANY_ID: Final = "act_recomputed"  # the hash excludes the id: any valid one rebuilds it
+
+
+def recomputed_hash(document: Mapping[str, Any]) -> str | None:
+    """The hash of the action a stored document describes (``Action.to_dict`` form, the
+    ``action_id`` optional: the hash excludes it), or None if it does not rebuild into an
+    action at all. What a person is shown of a stored request is checked with this."""
+    try:
+        principal = document["principal"]
+        rebuilt = Action(
+            document["name"],
+            document["arguments"],
+            Principal(principal["agent"], principal.get("user")),
+            resource=document.get("resource"),
+            environment=document.get("environment", DEFAULT_ENVIRONMENT),
+            action_id=_ANY_ID,
+        )
+    except (CtrlrunError, KeyError, TypeError, AttributeError, ValueError):
+        return None
+    return rebuilt.action_hash

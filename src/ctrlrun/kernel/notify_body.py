@@ -18,6 +18,7 @@ from urllib.parse import quote
 from ctrlrun._time import encode_instant
 from ctrlrun.display import command_line, escape_text
 from ctrlrun.errors import InvalidArgument
+from ctrlrun.kernel.action import recomputed_hash
 from ctrlrun.kernel.effect import EffectRecord, idempotency_token_for
 from ctrlrun.kernel.notify import AMBIGUOUS_EVENT_TYPE, EVENT_TYPE, BodyFormat
 
@@ -121,6 +122,41 @@ def console_link(event: dict[str, Any], console_url: str | None) -> str | None:
     return f"{base}/effect?key={quote(str(data.get('effect_key')), safe='')}"
 
 
+TAMPERED_TYPE: Final = "approval.tampered"
+
+
+def tampered_event(event: dict[str, Any]) -> dict[str, Any] | None:
+    """For an approval event whose action does not hash to the ``action_hash`` it names (the
+    outbox row rewritten): the ``approval.tampered`` event sent instead, with the request, both
+    hashes and a warning, and no action; None for an intact one (or another kind of event)."""
+    if event.get("type") != EVENT_TYPE:
+        return None
+    data = event["data"]
+    action = data.get("action")
+    found = recomputed_hash(action) if isinstance(action, dict) else None
+    if found is not None and found == data.get("action_hash"):
+        return None
+    return {
+        "type": TAMPERED_TYPE,
+        "timestamp": escape_text(str(event.get("timestamp"))),
+        "data": {
+            "approval_id": escape_text(str(data.get("approval_id"))),
+            "action_hash": escape_text(str(data.get("action_hash"))),
+            "recomputed_hash": found,
+            "summary": (
+                "TAMPERED: this notification's action does not hash to the action the request"
+                " binds; do not approve it"
+            ),
+        },
+    }
+
+
+def _tampered_text(tampered: dict[str, Any]) -> str:
+    data = tampered["data"]
+    text = f"TAMPERED approval request ({data['approval_id']}): {data['summary']}"
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def render(event: object, form: BodyFormat, console_url: str | None = None) -> dict[str, Any]:
     """The body a target of ``form`` receives for ``event`` (read from a store: checked here,
     ``InvalidArgument`` when it is not an event this version writes)."""
@@ -128,6 +164,9 @@ def render(event: object, form: BodyFormat, console_url: str | None = None) -> d
         raise InvalidArgument("the message carries no event")
     if event.get("type") not in (EVENT_TYPE, AMBIGUOUS_EVENT_TYPE):
         raise InvalidArgument(f"unknown event type {escape_text(str(event.get('type')))!r}")
+    tampered = tampered_event(event)
+    if tampered is not None:  # never show an action that is not the one a grant binds
+        return {"text": _tampered_text(tampered)} if form is BodyFormat.SLACK else tampered
     link = console_link(event, console_url)
     if form is BodyFormat.SLACK:
         return {"text": _slack_text(event, link)}

@@ -45,6 +45,13 @@ class BreakKind(StrEnum):
     COLUMN_MISMATCH = "column_mismatch"
     UNREADABLE = "unreadable"
     """A column holds what no receipt can (a BLOB in a text column): the row is not read."""
+    # A receipt's approval, checked against the approvals and grants stored
+    # (``kernel.evidence_check``): at the seq of the receipt that cites it.
+    APPROVAL_REUSED = "approval_reused"  # cited by more than one committed receipt
+    APPROVAL_MISSING = "approval_missing"  # no such request, or an approved call cites none
+    APPROVAL_MISMATCH = "approval_mismatch"  # the request binds another action hash
+    APPROVAL_UNSIGNED = "approval_unsigned"  # the policy names approvers; no grant verifies
+    APPROVAL_QUORUM = "approval_quorum"  # fewer distinct (non-requester) approvers than needed
     # against signed checkpoints (kernel/checkpoint.py): only when checkpoints are given
     TAIL_CUT = "tail_cut"
     HEAD_REWOUND = "head_rewound"
@@ -86,6 +93,15 @@ _BREAK_TEXT: Final = {
     " signed checkpoint states: the chain was rewritten at or before seq {seq}",
     BreakKind.ANCHOR_UNPROVEN: "partition {partition} starts after seq {seq} (pruned), and no"
     " signed checkpoint states that start",
+    BreakKind.APPROVAL_REUSED: "receipt {seq} spends an approval an earlier committed receipt"
+    " spent: it ran twice on one grant",
+    BreakKind.APPROVAL_MISSING: "receipt {seq} cites an approval the store does not hold (or"
+    " an approved call cites none)",
+    BreakKind.APPROVAL_MISMATCH: "receipt {seq} cites an approval for another action",
+    BreakKind.APPROVAL_UNSIGNED: "receipt {seq} cites an approval with no grant signed by an"
+    " approver the policy names",
+    BreakKind.APPROVAL_QUORUM: "receipt {seq} cites an approval with fewer distinct approvers"
+    " than its policy asks",
 }
 
 

@@ -26,10 +26,12 @@ from ctrlrun.errors import (
     Refused,
 )
 from ctrlrun.kernel.approval import ApprovalRecord, Grant
+from ctrlrun.kernel.request_check import checked_hash
 
 KEY_PREFIX: Final = "ed25519:"
 SIGNING_SCHEMA: Final = "ctrlrun.approval-grant/v1"
 PLAN_SIGNING_SCHEMA: Final = "ctrlrun.plan-approval/v1"
+DENIAL_SIGNING_SCHEMA: Final = "ctrlrun.approval-denial/v1"
 
 
 def grant_message(
@@ -69,6 +71,26 @@ def record_message(record: ApprovalRecord, approver: str) -> bytes:
         policy_hash=record.policy_hash,
         expires_at=record.expires_at,
         approver=approver,
+    )
+
+
+def answer_message(record: ApprovalRecord, approver: str, *, grant: bool) -> bytes:
+    """What ``approver`` signs to answer ``record``: over the hash recomputed from the
+    stored action (what the person was shown), never the stored hash alone; raises the
+    ``tampered`` refusal when the two differ. A denial is signed under its own schema, so
+    a grant's signature can never be replayed as a denial or the other way round."""
+    action_hash = checked_hash(record)
+    if grant:
+        return record_message(record, approver)
+    return canonical_bytes(
+        {
+            "schema": DENIAL_SIGNING_SCHEMA,
+            "approval_id": record.approval_id,
+            "action_hash": action_hash,
+            "policy_hash": record.policy_hash,
+            "expires_at": encode_instant(record.expires_at),
+            "approver": approver,
+        }
     )
 
 

@@ -55,8 +55,10 @@ from ctrlrun.kernel.notify import NotifyKind, told_of
 from ctrlrun.kernel.policy import ActionPolicy, Decision, Policy
 from ctrlrun.kernel.protection import FindingKind, plan_protection
 from ctrlrun.kernel.receipt import Receipt, ReceiptResult
+from ctrlrun.kernel.request_check import tampering
 from ctrlrun.kernel.template import Template
 from ctrlrun.kernel.text import check_label
+from ctrlrun.runtime.answering import tampered_event
 from ctrlrun.runtime.approvals import Approvals
 from ctrlrun.runtime.assess import Assessment, assess
 from ctrlrun.runtime.call import (
@@ -190,7 +192,8 @@ class Control:
 
     def evaluate(self, name: str, arguments: dict[str, Any], principal: Principal) -> Assessment:
         """What would happen to this call now, writing nothing: the decision and its rule,
-        the effect key and its state, and the approval that decides it (``Assessment``)."""
+        the effect key and its state, and the approval that decides it (``Assessment``);
+        ``ApprovalMismatch`` (``tampered``) if that request's stored action was rewritten."""
         policy = self.refresh_policy()
         return assess(self, build_action(policy, name, dict(arguments), principal), policy)
 
@@ -440,6 +443,11 @@ class Control:
         record = self.store.put_approval_request(draft, call.pre)
         if record.approval_id == draft.approval_id:  # a new request, not the pending one
             emit_approval(self._sinks, "requested", record)
+            return record
+        tampered = tampering(record)  # the waiting one, as stored: is it still this action?
+        if tampered is not None:  # its events went with the request's transaction
+            event = replace(tampered_event(record), action_id=call.action.action_id)
+            self._refuse(replace(call, pre=()), tampered, ReceiptResult.BLOCKED, event)
         return record
 
     # --- reserve --------------------------------------------------------------------------

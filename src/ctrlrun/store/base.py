@@ -28,12 +28,20 @@ from ctrlrun.kernel.approval import (
     ApprovalRecord,
     ApprovalRequestDraft,
     ApprovalStatus,
+    Grant,
     check_person,
     check_reason,
 )
 from ctrlrun.kernel.effect import EffectRecord, EffectState
 from ctrlrun.kernel.event import Event, EventDraft
-from ctrlrun.kernel.receipt import ChainHead, ChainReport, Receipt, as_of_head, verify_chain
+from ctrlrun.kernel.evidence_check import (
+    ApprovalEvidence,
+    EvidenceSnapshot,
+    cited_approvals,
+    verify_evidence,
+)
+from ctrlrun.kernel.policy import Policy
+from ctrlrun.kernel.receipt import ChainHead, ChainReport, Receipt, as_of_head
 from ctrlrun.store import codec
 from ctrlrun.store.codec import Row
 from ctrlrun.store.ops import Txn
@@ -149,10 +157,16 @@ class SQLStore:
         return self._answer(approval_id, approver, grant=True, signature=signature, reason=why)
 
     def deny_approval(
-        self, approval_id: str, approver: str, reason: str | None = None
+        self,
+        approval_id: str,
+        approver: str,
+        reason: str | None = None,
+        signature: str | None = None,
     ) -> ApprovalRecord:
         """See ``StateStore.deny_approval``."""
-        return self._answer(approval_id, approver, grant=False, reason=check_reason(reason))
+        return self._answer(
+            approval_id, approver, grant=False, reason=check_reason(reason), signature=signature
+        )
 
     def _answer(
         self,
@@ -254,15 +268,45 @@ class SQLStore:
         rows = [r for r in self._rows("anchor_list") if int(r["partition_id"]) == 0]
         return ChainHead(int(rows[0]["seq"]), rows[0]["hash"]) if rows else None
 
-    def verify_chain(self, *, checkpoints: Sequence[ChainHead] | None = None) -> ChainReport:
-        """See ``StateStore.verify_chain``. One pass: the head, the anchor, the rows, the head
+    def verify_chain(
+        self,
+        policy: Policy | None = None,
+        *,
+        checkpoints: Sequence[ChainHead] | None = None,
+    ) -> ChainReport:
+        """See ``StateStore.verify_chain``."""
+        return verify_evidence(self.evidence_snapshot(policy, checkpoints=checkpoints))
+
+    def evidence_snapshot(
+        self,
+        policy: Policy | None = None,
+        *,
+        checkpoints: Sequence[ChainHead] | None = None,
+    ) -> EvidenceSnapshot:
+        """What the verifier judges, in one pass: the head, the anchor, the rows, the head
         again. Receipts appended while the rows were read are left to the next verification
         (``as_of_head``), so a busy store is judged as of the first head, never mistaken for
-        a broken one."""
+        a broken one. Then the requests the rows cite, with their grants."""
         before = self.chain_head()
         anchor = self.chain_anchor()
         rows = [codec.receipt_from_row(r, columns=True) for r in self._rows("receipt_list_verify")]
         after = self.chain_head()
-        return verify_chain(
-            as_of_head(rows, before, after), before, anchor=anchor, checkpoints=checkpoints
+        kept = tuple(as_of_head(rows, before, after))
+        return EvidenceSnapshot(
+            kept, before, self._cited(kept), policy, anchor=anchor, checkpoints=checkpoints
         )
+
+    def _cited(self, rows: Sequence[Receipt]) -> dict[str, ApprovalEvidence]:
+        """The requests ``rows`` cite, each with every grant row it has."""
+        cited = cited_approvals(rows)
+        if not cited:
+            return {}
+        grants: dict[str, list[Grant]] = {}
+        for row in self._rows("approval_grant_list_all"):
+            grant = Grant(row["approver"], self._read_ts(row["granted_at"]), row["signature"])
+            grants.setdefault(row["approval_id"], []).append(grant)
+        return {
+            r.approval_id: ApprovalEvidence(r, tuple(grants.get(r.approval_id, ())))
+            for r in self.list_approvals()
+            if r.approval_id in cited
+        }

@@ -18,6 +18,7 @@ from ctrlrun.kernel.approval import ApprovalRecord, ApprovalRequestDraft, Approv
 from ctrlrun.kernel.effect import EffectRecord, EffectState, Reservation
 from ctrlrun.kernel.event import Event, EventDraft
 from ctrlrun.kernel.notify import Notice, NotifyTarget
+from ctrlrun.kernel.policy import Policy
 from ctrlrun.kernel.receipt import ChainHead, ChainReport, Receipt
 from ctrlrun.store.ops import Txn
 
@@ -199,10 +200,15 @@ class StateStore(Protocol):
         ...
 
     def deny_approval(
-        self, approval_id: str, approver: str, reason: str | None = None
+        self,
+        approval_id: str,
+        approver: str,
+        reason: str | None = None,
+        signature: str | None = None,
     ) -> ApprovalRecord:
         """PENDING → DENIED; refusals per ``plan_answer``. ``reason`` (why, in the person's
-        words; ``check_reason``) is recorded on the ``APPROVAL_DENIED`` event."""
+        words; ``check_reason``) and ``signature`` (when approvers sign, a denial too) are
+        recorded on the ``APPROVAL_DENIED`` event."""
         ...
 
     def get_approval(self, approval_id: str) -> ApprovalRecord | None:
@@ -241,11 +247,18 @@ class StateStore(Protocol):
         remaining receipt links to; None when it starts at genesis (never pruned)."""
         ...
 
-    def verify_chain(self, *, checkpoints: Sequence[ChainHead] | None = None) -> ChainReport:
-        """Every break of the receipt chain by kind and seq, walked from ``chain_anchor``;
-        with ``checkpoints`` (the heads signed checkpoints state, already verified:
-        ``ctrlrun.checkpoints.load_checkpoints``) also a cut tail, a rewound head, a rewrite
-        before a checkpoint and an unproven anchor (``kernel.receipt.verify_chain``)."""
+    def verify_chain(
+        self,
+        policy: Policy | None = None,
+        *,
+        checkpoints: Sequence[ChainHead] | None = None,
+    ) -> ChainReport:
+        """Every break of the stored evidence by kind and seq: the receipt chain's, walked
+        from ``chain_anchor``; with ``checkpoints`` (the heads signed checkpoints state,
+        already verified: ``ctrlrun.checkpoints.load_checkpoints``) also a cut tail, a rewound
+        head, a rewrite before a checkpoint and an unproven anchor
+        (``kernel.receipt.verify_chain``); and the approvals its receipts cite, judged under
+        ``policy`` when its hash is the receipt's (``kernel.evidence_check``)."""
         ...
 
     def close(self) -> None:

@@ -179,6 +179,8 @@ def answer_approval_in_txn(
         )
     kind = EventType.APPROVAL_GRANTED if grant else EventType.APPROVAL_DENIED
     data |= {"reason": reason} if reason is not None else {}
+    if not grant and signature is not None:  # a grant's signature is on its grant row
+        data["signature"] = signature
     append_events_in_txn(txn, [EventDraft(kind, None, approval_id=approval_id, data=data)])
     answered = get_approval_in_txn(txn, approval_id)
     assert answered is not None

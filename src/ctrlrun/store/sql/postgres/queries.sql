@@ -127,6 +127,11 @@ SELECT approver, granted_at, signature FROM {schema}.approval_grants
 WHERE approval_id = %(approval_id)s
 ORDER BY granted_at, approver COLLATE "C";
 
+-- name: approval_grant_list_all
+-- Every grant of every request, for the verifier (kernel.evidence_check).
+SELECT approval_id, approver, granted_at, signature FROM {schema}.approval_grants
+ORDER BY approval_id COLLATE "C", granted_at, approver COLLATE "C";
+
 -- name: approval_answer
 SELECT 1 AS changed
 FROM {schema}.ctrlrun_answer_approval(

@@ -84,6 +84,11 @@ VALUES (:approval_id, :approver, :granted_at, :signature);
 SELECT approver, granted_at, signature FROM approval_grants WHERE approval_id = :approval_id
 ORDER BY granted_at, approver;
 
+-- name: approval_grant_list_all
+-- Every grant of every request, for the verifier (kernel.evidence_check).
+SELECT approval_id, approver, granted_at, signature FROM approval_grants
+ORDER BY approval_id, granted_at, approver;
+
 -- name: approval_answer
 UPDATE approvals SET status = :status, approver = :approver, answered_at = :answered_at
 WHERE approval_id = :approval_id AND status = 'pending';

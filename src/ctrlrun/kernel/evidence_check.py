@@ -1,0 +1,180 @@
+"""The one verifier of stored evidence: the receipt chain, and the approvals its receipts
+cite. ``store.verify_chain()``, ``ctrlrun receipts --verify-chain``, the console's receipts
+page and ``ctrlrun verify``'s evidence guarantee all report what ``evidence_breaks`` yields.
+
+Beyond the chain (``kernel.receipt.verify_chain``), each receipt that cites an approval is
+checked against the stored request and its grants: an approval is spent once, so two
+committed receipts citing one is ``approval_reused``; a cited request that is not there is
+``approval_missing`` (so is a committed call the policy approved that cites none); a request
+for another action hash is ``approval_mismatch``; and its grants must meet the policy the
+receipt was decided under: under named approvers, grants whose signature verifies over the
+receipt's own action hash (else ``approval_unsigned``), and as many distinct approvers, none
+of them an excluded requester, as it asks (else ``approval_quorum``). The policy is the one
+given when its hash is the receipt's; otherwise the request's own ``required`` and
+``excluded`` stand in, and signatures cannot be judged (no keys). Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Final
+
+from ctrlrun.kernel.approval import ApprovalRecord, Grant, requesters
+from ctrlrun.kernel.policy import Policy
+from ctrlrun.kernel.receipt import (
+    BreakKind,
+    ChainBreak,
+    ChainHead,
+    ChainReport,
+    ReceiptResult,
+    StoredReceipt,
+    verify_chain,
+)
+from ctrlrun.kernel.signing import grant_message, verify
+
+_COMMITTED: Final = str(ReceiptResult.COMMITTED)
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalEvidence:
+    """A stored request and every grant row it has."""
+
+    record: ApprovalRecord
+    grants: tuple[Grant, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class EvidenceSnapshot:
+    """What the verifier reads: the receipts (with their indexed columns), the head read
+    around them, the requests they cite (by id), and the policy to judge grants by (None:
+    the requests' own rules, no signatures)."""
+
+    receipts: tuple[StoredReceipt, ...]
+    head: ChainHead | None
+    approvals: Mapping[str, ApprovalEvidence] = field(default_factory=dict)
+    policy: Policy | None = None
+    anchor: ChainHead | None = None  # where the chain starts after a prune (None: genesis)
+    checkpoints: Sequence[ChainHead] | None = None  # heads signed checkpoints state, verified
+
+
+def cited_approvals(receipts: Iterable[StoredReceipt]) -> set[str]:
+    """The approval ids the readable receipts among ``receipts`` cite."""
+    found = set()
+    for receipt in receipts:
+        document = _document(receipt)
+        if document is not None and isinstance(document.get("approval_id"), str):
+            found.add(document["approval_id"])
+    return found
+
+
+def verify_evidence(snapshot: EvidenceSnapshot) -> ChainReport:
+    """The chain's report with every approval break added (``evidence_breaks``)."""
+    chain = _chain(snapshot)
+    extra = tuple(approval_breaks(snapshot))
+    return replace(chain, breaks=chain.breaks + extra) if extra else chain
+
+
+def evidence_breaks(snapshot: EvidenceSnapshot) -> Iterator[ChainBreak]:
+    """Every named break of ``snapshot``: the chain's, then the approvals'."""
+    yield from _chain(snapshot).breaks
+    yield from approval_breaks(snapshot)
+
+
+def _chain(snapshot: EvidenceSnapshot) -> ChainReport:
+    return verify_chain(
+        snapshot.receipts,
+        snapshot.head,
+        anchor=snapshot.anchor,
+        checkpoints=snapshot.checkpoints,
+    )
+
+
+def approval_breaks(snapshot: EvidenceSnapshot) -> Iterator[ChainBreak]:
+    """Per chained, readable receipt in seq order, at most one approval break."""
+    spent: set[str] = set()
+    chained = sorted((r for r in snapshot.receipts if r.seq is not None), key=lambda r: r.seq or 0)
+    for receipt in chained:
+        document = _document(receipt)
+        if document is None:
+            continue  # the chain names it already (content_altered)
+        kind = _receipt_break(document, snapshot, spent)
+        if kind is not None:
+            yield ChainBreak(kind, receipt.seq)
+
+
+def _receipt_break(
+    document: dict[str, Any], snapshot: EvidenceSnapshot, spent: set[str]
+) -> BreakKind | None:
+    approval_id = document.get("approval_id")
+    committed = document.get("result") == _COMMITTED
+    if not isinstance(approval_id, str):
+        approved = committed and document.get("decision") == "approve"
+        return BreakKind.APPROVAL_MISSING if approved else None
+    if committed:
+        if approval_id in spent:
+            return BreakKind.APPROVAL_REUSED
+        spent.add(approval_id)
+    evidence = snapshot.approvals.get(approval_id)
+    if evidence is None:
+        return BreakKind.APPROVAL_MISSING
+    if evidence.record.action_hash != document.get("action_hash"):
+        return BreakKind.APPROVAL_MISMATCH
+    return _grants_break(document, evidence, snapshot.policy)
+
+
+def _grants_break(
+    document: dict[str, Any], evidence: ApprovalEvidence, policy: Policy | None
+) -> BreakKind | None:
+    record = evidence.record
+    required, excluded = record.required, record.excluded
+    keys: Mapping[str, str] = {}
+    if policy is not None and policy.policy_hash == document.get("policy_hash"):
+        entry = policy.entry(str(document.get("action")))
+        if entry is not None:
+            required = entry.approval.count
+            excluded = requesters(document) if entry.approval.distinct_from_requester else ()
+        keys = policy.approvers
+    grants = _grants(evidence)
+    if keys:
+        grants = [g for g in grants if _verifies(keys, record, document, g)]
+        if not grants:
+            return BreakKind.APPROVAL_UNSIGNED
+    named = {g.approver for g in grants} - set(excluded)
+    return BreakKind.APPROVAL_QUORUM if len(named) < required else None
+
+
+def _grants(evidence: ApprovalEvidence) -> Sequence[Grant]:
+    """The request's grant rows; a request answered before grants had rows (one approver,
+    its name on the request) counts that approver, unsigned."""
+    record = evidence.record
+    if evidence.grants or record.approver is None or record.required != 1:
+        return evidence.grants
+    return (Grant(record.approver, record.answered_at or record.created_at, None),)
+
+
+def _verifies(
+    keys: Mapping[str, str], record: ApprovalRecord, document: dict[str, Any], grant: Grant
+) -> bool:
+    """Whether ``grant`` is signed by the key the policy names for its approver, over the
+    action hash and policy hash the receipt itself carries."""
+    key = keys.get(grant.approver)
+    if key is None or grant.signature is None:
+        return False
+    message = grant_message(
+        approval_id=record.approval_id,
+        action_hash=str(document.get("action_hash")),
+        policy_hash=str(document.get("policy_hash")),
+        expires_at=record.expires_at,
+        approver=grant.approver,
+    )
+    return verify(key, message, grant.signature)
+
+
+def _document(receipt: StoredReceipt) -> dict[str, Any] | None:
+    try:
+        document = json.loads(receipt.text)
+    except ValueError:
+        return None
+    return document if isinstance(document, dict) else None

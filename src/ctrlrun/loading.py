@@ -3,7 +3,7 @@
 The kernel's ``Policy`` reads no YAML and imports nothing above the kernel; this module, which
 ``import ctrlrun`` loads, installs the reader those two class methods delegate to. The reader
 imports ``ctrlrun.config`` (and so ``yaml``) only when it is first used, so ``import ctrlrun``
-still loads no YAML parser (docs/decisions/0024-policy-loader-public.md).
+still loads no YAML parser (docs/decisions/0027-policy-loader-public.md).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """``ctrlrun check`` refuses a policy whose effect-key template could render one key for two
-different calls (``k:{a}{b}``), naming the file, the line and the template (decision 0024)."""
+different calls (``k:{a}{b}``), naming the file, the line and the template (decision 0026)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Typed effect-key placeholders on real calls, both stores, sync and async (decision 0024):
+"""Typed effect-key placeholders on real calls, both stores, sync and async (decision 0026):
 an integer given to a text placeholder is refused before anything runs; ``:int`` keys exactly
 what the untyped template keyed, so the store's template memory sees no change and a call
 repeated across the upgrade is still a duplicate."""
@@ -73,7 +73,7 @@ def test_a_value_hiding_its_separator_is_refused(store, clock, kind):
 
 
 def test_adding_int_keeps_every_key_and_is_no_template_change(store, clock):
-    """The upgrade path: keys reserved under ``{order}`` with integers (before decision 0024)
+    """The upgrade path: keys reserved under ``{order}`` with integers (before decision 0026)
     are the keys ``{order:int}`` renders; the memory remembers the shape, so no operator
     acceptance is needed and a repeated call is still refused as a duplicate."""
     ran: list = []

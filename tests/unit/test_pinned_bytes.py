@@ -134,7 +134,7 @@ def run_scenarios(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, 
     def read(q: str = "x") -> str:
         return q
 
-    # "{n}" takes text alone now (decision 0024); the function's own ":int" template, which
+    # "{n}" takes text alone now (decision 0026); the function's own ":int" template, which
     # replaces the policy's, renders and remembers exactly the bytes "{n}" did for an integer
     @ctrlrun.protect("pin.approved", control=control, effect="approved:{n:int}")
     def approved(n: int) -> int:

@@ -1,4 +1,4 @@
-"""The policy loader is public from the top package again (issue 27, decision 0024):
+"""The policy loader is public from the top package again (issue 27, decision 0027):
 ``ctrlrun.load_policy`` and ``ctrlrun.Policy.from_yaml``/``from_file`` build a ``Control``
 without importing a config module, while ``import ctrlrun`` still loads no YAML parser and the
 kernel names no module above it."""

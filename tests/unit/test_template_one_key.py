@@ -1,4 +1,4 @@
-"""Two different argument values never render one effect key (decision 0024): typed
+"""Two different argument values never render one effect key (decision 0026): typed
 placeholders, a separator required between placeholders, and values that cannot hide the
 separator that follows them. The rules only refuse; what they accept renders as before."""
 

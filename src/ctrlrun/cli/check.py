@@ -5,7 +5,7 @@ and every function protected with ``@protect`` found in it, or in a class define
 checked against the policy (``plan_protection``): an action the policy does not name, a
 template or rule naming an argument the function lacks, an action every call of which is
 denied, an effect-key placeholder whose type (``{p}`` text, ``{p:int}`` integer; decision
-0024) disagrees with its parameter's ``int``/``str`` annotation. Exit 0 when everything fits;
+0026) disagrees with its parameter's ``int``/``str`` annotation. Exit 0 when everything fits;
 1 on any finding (the findings on stdout, one ``Error: …`` line on stderr) or refusal.
 """
 

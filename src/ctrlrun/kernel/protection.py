@@ -90,7 +90,7 @@ def plan_key_types(
 ) -> tuple[Finding, ...]:
     """``KEY_TYPE`` findings for ``template`` against the parameters annotated ``"int"`` or
     ``"str"`` in ``annotations`` (others are not judged): a ``{p}`` placeholder takes text
-    and ``{p:int}`` an integer (decision 0024), so a mismatch refuses every call."""
+    and ``{p:int}`` an integer (decision 0026), so a mismatch refuses every call."""
     if template is None:
         return ()
     found = []

@@ -102,7 +102,7 @@ def replay_receipt(
             decision, rule = Decision.DENY, EFFECT_KEY_ERROR
         else:
             known = remembered.get(name)
-            refused = known is not None and known != entry.effect.shape  # decision 0024
+            refused = known is not None and known != entry.effect.shape  # decision 0026
     change = Change.UNCHANGED if str(decision) == old_decision else _BY_NEW_DECISION[decision]
     return ReplayedCall(
         action_id, name, old_decision, old_rule, str(decision), rule,

@@ -5,7 +5,7 @@ Grammar: any text without braces, ``{name}`` (a non-empty ``str`` value) and ``{
 escapes, no other format specs, no attribute or index access, no stray brace. A template is
 parsed once (at decoration or policy load) and rendered per call.
 
-Two different argument values never render one key (decision 0024):
+Two different argument values never render one key (decision 0026):
 
 * a placeholder takes one type, so ``5`` and ``"5"`` cannot both be accepted by it;
 * two placeholders must be separated by literal text (``k:{a}{b}`` is refused at parse);
@@ -86,7 +86,7 @@ class Template:
 
     @property
     def shape(self) -> str:
-        """The source without its types: what the store remembers of it (decision 0024). A
+        """The source without its types: what the store remembers of it (decision 0026). A
         type only refuses values, never changes how one renders, so ``k:{a:int}`` reserves
         exactly the keys ``k:{a}`` reserved for integers."""
         return _TYPE_SPEC.sub("}", self.source)
@@ -146,4 +146,4 @@ def _value(
             f"template {source!r}: {{{name}}} must be a non-empty string, got {value!r}{hint}",
             placeholder=name,
         )
-    return str(value)  # as before decision 0024: a value accepted then renders the same now
+    return str(value)  # as before decision 0026: a value accepted then renders the same now

@@ -116,7 +116,7 @@ def template_source(call: InFlight, entry: ActionPolicy | None, spec: CallSpec) 
     """The shape of the template ``call``'s key was rendered from (None for a key given
     outright, or no key): the store checks it against the action's remembered one. Its shape,
     not its source: a ``:int`` type refuses values but renders none differently (decision
-    0024), so adding one reserves no new key."""
+    0026), so adding one reserves no new key."""
     if call.effect_key is None or spec.effect_key is not None:
         return None
     template = spec.effect or (entry.effect if entry is not None else None)

@@ -27,7 +27,7 @@ def accept_effect_template(store: StateStore, action: str, template: str, *, by:
     with an ``EFFECT_TEMPLATE_ACCEPTED`` event naming ``by``; return the template it replaced
     (None if none was remembered). ``InvalidArgument`` for a bad name or template, or one that
     is already the remembered one (nothing is written). The template's shape is remembered:
-    its ``:int`` types change no key (decision 0024)."""
+    its ``:int`` types change no key (decision 0026)."""
     check_action_name(action)
     template = Template.parse(template).shape
     check_label(by, "by")

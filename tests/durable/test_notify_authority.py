@@ -211,3 +211,27 @@ def test_a_failed_delivery_records_no_url(backend, policy, receiver, delete, cap
         assert "/hooks/ctrlrun" not in text and SECRET not in text
     logged = {r.headers["webhook-id"] for r in receiver.received}
     assert all(f"webhook-id {token}" in caplog.text for token in logged)
+
+
+def test_money_arguments_are_shown_as_a_person_reads_them(backend, receiver):
+    """The policy's ``display:`` (read at delivery, like the targets) shows a money argument
+    as €2,500.00 (250000) in both bodies; the exact value stays in ``data.action``."""
+    shown_policy = load_policy_text(
+        POLICY.format(url=receiver.url).replace(
+            '    effect: "ns:{name}"\n',
+            '    effect: "ns:{name}"\n    display: {cost: {money: EUR, minor: 2}}\n',
+        )
+    )
+    control = Control(shown_policy, backend.store, clock=backend.clock)
+
+    @ctrlrun.protect("k8s.namespace.delete", control=control)
+    def delete(name: str, cost: int = 0):
+        return name
+
+    with ctrlrun.context("ops-bot"), pytest.raises(ApprovalRequired):
+        delete("prod", cost=250000)
+    notification_dispatcher(backend.store, targets=shown_policy).run_once()
+    standard, slack = sorted(receiver.received, key=lambda r: "text" in r.body)
+    assert standard.body["data"]["shown"] == {"cost": "€2,500.00 (250000)"}
+    assert standard.body["data"]["action"]["arguments"]["cost"] == 250000
+    assert "Amounts: cost €2,500.00 (250000)" in slack.body["text"]

@@ -37,6 +37,7 @@ from ctrlrun.errors import (
     NotifyReason,
     Undeliverable,
 )
+from ctrlrun.kernel.argument_display import Money
 from ctrlrun.kernel.notify import (
     AMBIGUOUS_TOPIC,
     TOPIC,
@@ -102,10 +103,21 @@ class WebhookPoster:
         listed = found.notify if isinstance(found, Policy) else tuple(found)
         return {target.name: target for target in listed}
 
+    def displays(self, event: object) -> dict[str, Money]:
+        """How the policy (when the targets come from one) shows the event's action's
+        arguments: ``display:``, read at delivery like the targets."""
+        found = self.targets() if callable(self.targets) else self.targets
+        data = event.get("data") if isinstance(event, dict) else None
+        action = data.get("action") if isinstance(data, dict) else None
+        name = action.get("name") if isinstance(action, dict) else None
+        entry = found.entry(name) if isinstance(found, Policy) and isinstance(name, str) else None
+        return entry.displays if entry is not None else {}
+
     def __call__(self, message: Message) -> None:
         target = self.resolve(message)
+        event = message.payload.get("event")
         try:
-            body = render(message.payload.get("event"), target.format, self.console_url)
+            body = render(event, target.format, self.console_url, self.displays(event))
         except InvalidArgument as exc:
             raise Undeliverable(f"{target.name}: {exc.message}") from exc
         data = json.dumps(body, ensure_ascii=True, separators=(",", ":")).encode("ascii")

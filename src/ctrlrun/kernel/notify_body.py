@@ -11,6 +11,7 @@ receiver can recompute the action hash from them); the wire is ASCII JSON. Pure:
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Final
 from urllib.parse import quote
@@ -19,6 +20,7 @@ from ctrlrun._time import encode_instant
 from ctrlrun.display import command_line, escape_text
 from ctrlrun.errors import InvalidArgument
 from ctrlrun.kernel.action import recomputed_hash
+from ctrlrun.kernel.argument_display import Money, shown_arguments
 from ctrlrun.kernel.effect import EffectRecord, idempotency_token_for
 from ctrlrun.kernel.notify import AMBIGUOUS_EVENT_TYPE, EVENT_TYPE, BodyFormat
 
@@ -157,9 +159,16 @@ def _tampered_text(tampered: dict[str, Any]) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def render(event: object, form: BodyFormat, console_url: str | None = None) -> dict[str, Any]:
+def render(
+    event: object,
+    form: BodyFormat,
+    console_url: str | None = None,
+    displays: Mapping[str, Money] | None = None,
+) -> dict[str, Any]:
     """The body a target of ``form`` receives for ``event`` (read from a store: checked here,
-    ``InvalidArgument`` when it is not an event this version writes)."""
+    ``InvalidArgument`` when it is not an event this version writes). ``displays`` (the
+    policy's ``display:`` for the action, read at delivery) adds the money arguments as a
+    person reads them: ``data.shown`` and an ``Amounts:`` line."""
     if not isinstance(event, dict) or not isinstance(event.get("data"), dict):
         raise InvalidArgument("the message carries no event")
     if event.get("type") not in (EVENT_TYPE, AMBIGUOUS_EVENT_TYPE):
@@ -168,10 +177,13 @@ def render(event: object, form: BodyFormat, console_url: str | None = None) -> d
     if tampered is not None:  # never show an action that is not the one a grant binds
         return {"text": _tampered_text(tampered)} if form is BodyFormat.SLACK else tampered
     link = console_link(event, console_url)
+    shown = _shown(event["data"], displays)
     if form is BodyFormat.SLACK:
-        return {"text": _slack_text(event, link)}
+        return {"text": _slack_text(event, link, shown)}
     body = copy.deepcopy(event)
     data = body["data"]
+    if shown:
+        data["shown"] = shown
     for key in ("summary", "error", "approve"):
         if isinstance(data.get(key), str):
             data[key] = escape_text(data[key])
@@ -182,7 +194,15 @@ def render(event: object, form: BodyFormat, console_url: str | None = None) -> d
     return body
 
 
-def _slack_text(event: dict[str, Any], link: str | None) -> str:
+def _shown(data: dict[str, Any], displays: Mapping[str, Money] | None) -> dict[str, str]:
+    action = data.get("action")
+    arguments = action.get("arguments") if isinstance(action, dict) else None
+    if not displays or not isinstance(arguments, dict):
+        return {}
+    return shown_arguments(arguments, displays)
+
+
+def _slack_text(event: dict[str, Any], link: str | None, shown: dict[str, str]) -> str:
     """Lines of our own, each agent-controlled part escaped (so none can add a line), then
     Slack's markup characters escaped."""
     data = event["data"]
@@ -207,6 +227,9 @@ def _slack_text(event: dict[str, Any], link: str | None) -> str:
             "Ask the provider what happened, then: "
             + " or ".join(escape_text(str(v)) for v in resolve.values()),
         ]
+    if shown:
+        amounts = ", ".join(f"{escape_text(k)} {v}" for k, v in sorted(shown.items()))
+        lines.insert(1, f"Amounts: {amounts}")
     if link is not None:
         lines.append(f"Console: {link}")
     text = "\n".join(lines)

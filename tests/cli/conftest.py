@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from ctrlrun.conformance.store.backends import with_schema
 from support.cli import ENV, Scene
 from support.policies import POLICY
 
@@ -28,6 +29,35 @@ def project(empty: Path) -> Path:
 
 @pytest.fixture
 def scene(project: Path):
+    (project / ".ctrlrun").mkdir()
+    built = Scene(project)
+    yield built
+    built.close()
+
+
+@pytest.fixture
+def postgres_scene(empty, pg_schema):
+    """A project whose store is a Postgres schema, written by real protected calls."""
+    from ctrlrun.postgres import PostgresStateStore
+
+    (empty / "ctrlrun.yaml").write_text(POLICY)
+    built = Scene(
+        empty,
+        opener=lambda clock: PostgresStateStore(
+            pg_schema.url, schema=pg_schema.schema, clock=clock
+        ),
+        url=with_schema(pg_schema.url, pg_schema.schema),
+    )
+    yield built
+    built.close()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def any_scene(request, project):
+    """The project's store on each backend: the SQLite file, then a Postgres schema."""
+    if request.param == "postgres":
+        yield request.getfixturevalue("postgres_scene")
+        return
     (project / ".ctrlrun").mkdir()
     built = Scene(project)
     yield built

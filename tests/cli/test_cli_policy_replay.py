@@ -15,8 +15,6 @@ import pytest
 
 from ctrlrun.cli.replay import replay_policy
 from ctrlrun.config import load_policy_text
-from ctrlrun.conformance.store.backends import with_schema
-from ctrlrun.postgres import PostgresStateStore
 from ctrlrun.store import history
 from support.cli import Scene, refused, run
 from support.policies import POLICY
@@ -50,31 +48,9 @@ def _groups(output: str) -> tuple[list[dict], dict]:
 
 
 @pytest.fixture
-def postgres_scene(empty, pg_schema):
-    url = with_schema(pg_schema.url, pg_schema.schema)
-    (empty / "ctrlrun.yaml").write_text(POLICY)
-    scene = Scene(
-        empty,
-        opener=lambda clock: PostgresStateStore(
-            pg_schema.url, schema=pg_schema.schema, clock=clock
-        ),
-        url=url,
-    )
-    yield scene
-    scene.close()
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def filled(request, project):
-    if request.param == "sqlite":
-        (project / ".ctrlrun").mkdir()
-        scene = Scene(project)
-    else:
-        scene = request.getfixturevalue("postgres_scene")
-    _fill(scene)
-    yield scene
-    if request.param == "sqlite":
-        scene.close()
+def filled(any_scene):
+    _fill(any_scene)
+    return any_scene
 
 
 def test_a_stricter_candidate_names_what_would_now_need_a_person(filled, project):

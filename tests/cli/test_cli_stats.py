@@ -14,9 +14,7 @@ from datetime import timedelta
 
 import pytest
 
-from ctrlrun.conformance.store.backends import with_schema
 from ctrlrun.kernel.effect import EffectState
-from ctrlrun.postgres import PostgresStateStore
 from ctrlrun.store import open_store
 from ctrlrun.store.stats import gather_stats, refresh_stats
 from support.cli import Scene, refused, run
@@ -39,32 +37,9 @@ def _history(scene: Scene) -> None:
 
 
 @pytest.fixture
-def postgres_scene(empty, pg_schema):
-    from support.policies import POLICY
-
-    (empty / "ctrlrun.yaml").write_text(POLICY)
-    scene = Scene(
-        empty,
-        opener=lambda clock: PostgresStateStore(
-            pg_schema.url, schema=pg_schema.schema, clock=clock
-        ),
-        url=with_schema(pg_schema.url, pg_schema.schema),
-    )
-    yield scene
-    scene.close()
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def history(request, project):
-    if request.param == "sqlite":
-        (project / ".ctrlrun").mkdir()
-        scene = Scene(project)
-    else:
-        scene = request.getfixturevalue("postgres_scene")
-    _history(scene)
-    yield scene
-    if request.param == "sqlite":
-        scene.close()
+def history(any_scene):
+    _history(any_scene)
+    return any_scene
 
 
 def _stats(scene: Scene, *args: str) -> dict:
@@ -151,17 +126,6 @@ def _refresher(url: str, barrier, out) -> None:
         out.put(refresh_stats(store, page=7))
     finally:
         store.close()
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def any_scene(request, project):
-    if request.param == "sqlite":
-        (project / ".ctrlrun").mkdir()
-        scene = Scene(project)
-        yield scene
-        scene.close()
-    else:
-        yield request.getfixturevalue("postgres_scene")
 
 
 def test_concurrent_refreshers_fold_each_receipt_once(any_scene):

@@ -136,3 +136,22 @@ def test_named_queries_refuse_duplicates():
 def test_refusal_helpers_name_an_unknown_history():
     with pytest.raises(SchemaMismatch):
         migrate.refuse_unless_current(classify(("x",), ("a",)), ("x",), ("a",), "0", "db")
+
+
+def test_each_migration_number_is_used_once_per_dialect(tmp_path, monkeypatch):
+    """Two branches that each took the next number would apply in a guessed order: refused."""
+    for dialect in ("sqlite", "postgres"):
+        numbers = [m[:4] for m, _ in migration_files(dialect)]
+        assert len(numbers) == len(set(numbers)), dialect
+    from importlib import resources
+
+    import ctrlrun.store.queries as queries
+
+    folder = tmp_path / "sql" / "sqlite" / "migrations"
+    folder.mkdir(parents=True)
+    (folder / "0001_a.sql").write_text("SELECT 1;")
+    (folder / "0001_b.sql").write_text("SELECT 1;")
+    monkeypatch.setattr(queries.resources, "files", lambda _package: tmp_path)
+    with pytest.raises(ValueError, match="0001 is used twice"):
+        queries.migration_files("sqlite")
+    assert resources.files("ctrlrun.store")  # the real package is untouched

@@ -69,7 +69,11 @@ def migration_files(dialect: str) -> tuple[tuple[str, str], ...]:
         for entry in folder.iterdir()
         if entry.name.endswith(".sql")
     )
+    numbers: set[str] = set()
     for migration_id, _ in found:
         if not re.fullmatch(r"\d{4}_[a-z0-9_]+", migration_id):
             raise ValueError(f"migration file {migration_id!r} is not named NNNN_name.sql")
+        if migration_id[:4] in numbers:  # two branches took one number: the order is a guess
+            raise ValueError(f"migration number {migration_id[:4]} is used twice ({dialect})")
+        numbers.add(migration_id[:4])
     return tuple(found)

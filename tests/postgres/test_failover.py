@@ -98,7 +98,7 @@ def terminate_clients(url: str) -> None:
         )
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(300)
 def test_sigkill_the_primary_mid_load_then_its_return(cluster, tmp_path: Path):
     workers = start_workers(cluster, tmp_path)
     try:
@@ -140,7 +140,7 @@ def test_sigkill_the_primary_mid_load_then_its_return(cluster, tmp_path: Path):
     new_primary.close()
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("cluster", [False], indirect=True, ids=["async"])
 def test_an_async_failover_loses_records_and_the_token_absorbs_the_reruns(cluster, tmp_path):
     """What the docs warn: with asynchronous replication, records the primary acknowledged

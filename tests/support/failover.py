@@ -129,7 +129,7 @@ def count_answers(root: Path, prefix: str) -> int:
     return total
 
 
-def wait_for_answers(root: Path, prefix: str, at_least: int, timeout: float = 30.0) -> None:
+def wait_for_answers(root: Path, prefix: str, at_least: int, timeout: float = 90.0) -> None:
     deadline = time.monotonic() + timeout
     while count_answers(root, prefix) < at_least:
         if time.monotonic() > deadline:

@@ -24,7 +24,7 @@ schema: ctrlrun.policy/v1
 actions:
   pay.send:
     decision: allow
-    effect: "pay:{n}"
+    effect: "pay:{n:int}"
 """
 
 RETRY_PAUSE = 0.02

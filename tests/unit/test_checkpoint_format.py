@@ -172,3 +172,29 @@ def test_the_walk_from_an_anchor():
     wrong = ChainHead(2, H1)
     assert kinds(verify_chain(kept, at5, anchor=wrong)) == [("link_broken", 3)]
     assert {BreakKind.TAIL_CUT, BreakKind.ANCHOR_UNPROVEN} <= set(BreakKind)
+
+
+def test_the_edges_of_the_format_are_refused_by_name():
+    from ctrlrun.kernel.checkpoint import parse_body, partition_heads
+
+    with pytest.raises(InvalidArgument, match="every partition"):
+        checkpoint_body("shop", (PartitionHead(1, 3, H1),), T)
+    with pytest.raises(CheckpointInvalid, match="is not a checkpoint body"):
+        parse_body("ctrlrun.checkpoint/v1 shop\n")
+    body = checkpoint_body("shop", (PartitionHead(0, 12, H1),), T)
+    impossible = body.replace(T.strftime("%Y-%m-%d"), "2026-02-30")
+    with pytest.raises(CheckpointInvalid, match="impossible time"):
+        parse_body(impossible)
+    one = parse_body(body)
+    assert one.digest == body.split("\n")[2].removeprefix("heads ")
+    two = parse_body(checkpoint_body("shop", (PartitionHead(0, 3, H1), PartitionHead(1, 7, H2)), T))
+    assert list(partition_heads([one, two], 1)) == [ChainHead(7, H2)]  # `one` names no partition 1
+
+
+def test_a_signature_that_is_not_base64_is_a_forgery_not_a_crash():
+    body = checkpoint_body("shop", (PartitionHead(0, 12, H1),), T)
+    statement = sign_statement(body, PEM)
+    garbled = statement.rsplit(" ", 1)[0] + " %%%not-base64%%%\n"
+    with pytest.raises(CheckpointInvalid) as caught:
+        verified(read_statements(garbled), KEY)
+    assert caught.value.reason is CheckpointReason.BAD_SIGNATURE

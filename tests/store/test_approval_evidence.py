@@ -141,6 +141,17 @@ def test_grants_below_the_quorum_after_the_call_are_named(backend, control, dele
     assert cli_breaks(backend) == [("approval_quorum", seq)]
 
 
+def test_a_grant_renamed_to_a_look_alike_of_another_approver_is_named(backend, control, delete):
+    """The verifier counts approvers as consumption does: 'B0B' and 'bob' are one person."""
+    approval_id = approved(control, delete, ("bob", BOB_PEM), ("carol", CAROL_PEM), name="prod")
+    seq = last_seq(control.store)
+    backend.tamper(
+        f"UPDATE approval_grants SET approver = 'B0B' WHERE approval_id = '{approval_id}'"
+        " AND approver = 'carol'"
+    )
+    assert breaks(control.store) == [("approval_quorum", seq)]
+
+
 def test_grants_stripped_of_their_signatures_are_named(backend, control, refund):
     approval_id = approved(control, refund, ("bob", BOB_PEM), payment_id="pay_2", amount=5)
     seq = last_seq(control.store)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from ctrlrun.kernel.approval import ApprovalRecord, Grant, requesters
+from ctrlrun.kernel.identity import identities
 from ctrlrun.kernel.policy import Policy
 from ctrlrun.kernel.receipt import (
     BreakKind,
@@ -141,7 +142,8 @@ def _grants_break(
         grants = [g for g in grants if _verifies(keys, record, document, g)]
         if not grants:
             return BreakKind.APPROVAL_UNSIGNED
-    named = {g.approver for g in grants} - set(excluded)
+    # one person under look-alike names is one approver, as consumption counts them
+    named = identities(g.approver for g in grants) - identities(excluded)
     return BreakKind.APPROVAL_QUORUM if len(named) < required else None
 
 

@@ -1,4 +1,4 @@
-"""The README and docs/cli.md cannot drift: every command they show is run, through the
+"""The README, docs/cli.md and docs/rollout.md cannot drift: every command they show is run, through the
 installed ``ctrlrun`` script and the venv's ``python``, and must print what they show."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from ctrlrun.cli.init import STARTER_POLICY
 from support.docs import blocks, console_steps, run_page
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = ["README.md", "docs/cli.md"]
+PAGES = ["README.md", "docs/cli.md", "docs/rollout.md"]
 
 
 @pytest.mark.parametrize("name", PAGES)

@@ -1,5 +1,6 @@
-"""The README, docs/cli.md and docs/rollout.md cannot drift: every command they show is run, through the
-installed ``ctrlrun`` script and the venv's ``python``, and must print what they show."""
+"""The README, docs/cli.md and docs/rollout.md cannot drift: every command they show is run,
+through the installed ``ctrlrun`` script and the venv's ``python``, and must print what they
+show."""
 
 from __future__ import annotations
 

@@ -47,11 +47,14 @@ dist: $(BIN)/python
 
 ## bench: floor and ctrlrun side by side, same run (not part of make test); SQLite, then
 ## Postgres (a throwaway embedded cluster, or CTRLRUN_BENCH_POSTGRES_URL), then async vs sync
-## threads on both; all always run
+## threads on both, then the Postgres scale curve on this machine (COUNTS=1,2,4 to choose the
+## process counts) and the server's work per call; all always run
 bench: $(STAMP)
 	cd bench && status=0; ../$(BIN)/python sqlite_bench.py || status=1; \
 	  ../$(BIN)/python postgres_bench.py $(BENCH_ARGS) || status=1; \
-	  ../$(BIN)/python async_bench.py || status=1; exit $$status
+	  ../$(BIN)/python async_bench.py || status=1; \
+	  ../$(BIN)/python scale_curve.py $(if $(COUNTS),--counts $(COUNTS)) || status=1; \
+	  ../$(BIN)/python server_work.py || status=1; exit $$status
 
 ## soak: contended protected calls with injected faults, then the history checker
 ##       (BACKEND=sqlite|postgres; postgres starts its own throwaway server; docs/soak.md)

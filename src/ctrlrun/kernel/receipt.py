@@ -2,8 +2,9 @@
 
 One receipt per action that reached a terminal state, refusals included. Each stored receipt is
 the canonical JSON of its document, which carries its own ``seq`` and the previous receipt's
-hash (``prev_hash``); its hash is SHA-256 over exactly those stored bytes. A one-row head holds
-``(seq, hash)`` of the newest receipt, starting at ``(0, GENESIS_HASH)``. ``verify_chain``
+hash (``prev_hash``); its hash is SHA-256 over exactly those stored bytes. A store keeps one
+chain per partition (``kernel.partition``); each chain's head row holds ``(seq, hash)`` of its
+newest receipt, starting at ``(0, GENESIS_HASH)``. ``verify_chain``
 names every break by kind and seq. The chain proves non-alteration, not authorship.
 """
 
@@ -18,6 +19,7 @@ from functools import lru_cache
 from typing import Any, Final, NamedTuple
 
 from ctrlrun.canonical import GENESIS_HASH, canonical_text, sha256_hex, string_text
+from ctrlrun.kernel.partition import stated_partition
 
 RECEIPT_SCHEMA: Final = "ctrlrun.receipt/v1"
 
@@ -106,10 +108,12 @@ _BREAK_TEXT: Final = {
 
 
 def describe(brk: ChainBreak, partition: int = 0) -> str:
-    """One line saying what ``brk`` means, for a person."""
-    return _BREAK_TEXT[brk.kind].format(
-        seq="-" if brk.seq is None else brk.seq, partition=partition
-    )
+    """One line saying what ``brk`` means, for a person. A break in a partition other than 0
+    names it ("receipt 5 of partition 3 ..."); partition 0's lines read as they always have."""
+    text = _BREAK_TEXT[brk.kind]
+    if partition and "{partition}" not in text:
+        text = text.replace("receipt {seq}", "receipt {seq} of partition {partition}", 1)
+    return text.format(seq="-" if brk.seq is None else brk.seq, partition=partition)
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,6 +293,7 @@ def verify_chain(
     *,
     anchor: ChainHead | None = None,
     checkpoints: Sequence[ChainHead] | None = None,
+    partition: int = 0,
 ) -> ChainReport:
     """Walk ``rows`` (any order; positioned by their ``seq`` column) against ``head``.
 
@@ -307,6 +312,11 @@ def verify_chain(
     stored receipt whose hash is not the one a checkpoint states for its seq
     ``checkpoint_mismatch`` (a rewrite at or before it); an anchor no checkpoint states
     ``anchor_unproven``. Checkpoints before the anchor state pruned receipts and are skipped.
+
+    ``rows`` and ``head`` are one partition's chain (``partition``, 0 by default). A receipt
+    whose document states another partition (``kernel.partition``; no field is partition 0)
+    is ``link_broken`` at its seq: the partition is bound like ``seq`` and ``prev_hash``, so a
+    receipt moved into another chain is named there.
     """
     start = anchor or GENESIS_HEAD
     rows = list(rows)
@@ -318,7 +328,7 @@ def verify_chain(
         seq = row.seq or 0
         if seq > expected_seq:
             breaks.append(ChainBreak(BreakKind.MISSING, expected_seq))
-        found, links = _check_row(row, links)
+        found, links = _check_row(row, links, partition)
         if found is None:
             verified += 1
         else:
@@ -375,7 +385,9 @@ def _against_checkpoints(
     return found
 
 
-def _check_row(row: StoredReceipt, links: set[str]) -> tuple[BreakKind | None, set[str]]:
+def _check_row(
+    row: StoredReceipt, links: set[str], partition: int
+) -> tuple[BreakKind | None, set[str]]:
     """One row's break (if any) and the hashes the next row may link to."""
     if row.unreadable is not None:  # what is readable of it may still link the next row
         readable = {row.hash, sha256_hex(row.text.encode("utf-8")) if row.text else None}
@@ -386,7 +398,11 @@ def _check_row(row: StoredReceipt, links: set[str]) -> tuple[BreakKind | None, s
     document = _parse(row.text)
     if recomputed != row.hash or document is None:
         return BreakKind.CONTENT_ALTERED, {recomputed, row.hash}
-    if document.get("prev_hash") not in links or document.get("seq") != row.seq:
+    if (
+        document.get("prev_hash") not in links
+        or document.get("seq") != row.seq
+        or stated_partition(document) != partition
+    ):
         return BreakKind.LINK_BROKEN, {row.hash}
     if _columns_differ(row, document):
         return BreakKind.COLUMN_MISMATCH, {row.hash}

@@ -1,0 +1,139 @@
+"""Partitioned receipt chains (kernel): which chain a receipt belongs to, and that a receipt
+is bound to its chain."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from dataclasses import replace
+
+import pytest
+
+from ctrlrun.canonical import canonical_text, sha256_hex
+from ctrlrun.errors import InvalidArgument
+from ctrlrun.kernel.partition import (
+    DEFAULT_PARTITIONS_POSTGRES,
+    DEFAULT_PARTITIONS_SQLITE,
+    MAX_PARTITIONS,
+    check_count,
+    partition_of,
+    receipt_partition,
+    stated_partition,
+)
+from ctrlrun.kernel.receipt import (
+    GENESIS_HEAD,
+    BreakKind,
+    ChainHead,
+    StoredReceipt,
+    chain_receipt,
+    describe,
+    verify_chain,
+)
+
+
+def build(n: int, partition: int) -> tuple[list[StoredReceipt], ChainHead]:
+    """``n`` receipts of ``partition``, written as a writer does (no field in partition 0)."""
+    rows, head = [], GENESIS_HEAD
+    for index in range(n):
+        draft: dict[str, object] = {"receipt_id": f"rcp_{partition}_{index}", "n": index}
+        if partition:
+            draft["partition"] = partition
+        seq, text, digest = chain_receipt(draft, head)
+        rows.append(StoredReceipt(seq, f"rcp_{partition}_{index}", text, digest))
+        head = ChainHead(seq, digest)
+    return rows, head
+
+
+def rehashed(row: StoredReceipt, **changes: object) -> StoredReceipt:
+    """``row`` rewritten with ``changes`` and a matching hash (only its link can betray it)."""
+    document = json.loads(row.text)
+    document.update(changes)
+    text = canonical_text(document)
+    return replace(row, text=text, hash=sha256_hex(text.encode()))
+
+
+class TestWhichPartition:
+    def test_it_is_sha256_of_the_utf8_bytes_mod_the_count(self):
+        key = "refund:order-\u00e9-17"
+        expected = int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest(), "big") % 64
+        assert partition_of(key, 64) == expected
+
+    def test_every_retry_of_one_effect_lands_in_one_partition(self):
+        # retries share the effect key; their action ids differ
+        chosen = {receipt_partition("refund:42", f"act_{i}", 64) for i in range(50)}
+        assert chosen == {partition_of("refund:42", 64)}
+
+    def test_without_an_effect_key_the_action_id_decides(self):
+        assert receipt_partition(None, "act_7", 64) == partition_of("act_7", 64)
+
+    def test_different_keys_spread_over_every_partition(self):
+        counts = Counter(partition_of(f"key-{i}", 8) for i in range(4000))
+        assert sorted(counts) == list(range(8))
+        assert min(counts.values()) > 400  # 500 expected each
+
+    def test_one_partition_is_always_zero(self):
+        assert {partition_of(f"k{i}", 1) for i in range(20)} == {0}
+
+    @pytest.mark.parametrize("count", [0, -1, MAX_PARTITIONS + 1, True, 2.0, "4"])
+    def test_a_count_outside_one_to_the_maximum_is_refused(self, count):
+        with pytest.raises(InvalidArgument, match="receipt partitions"):
+            check_count(count)
+
+    def test_defaults_are_valid_counts(self):
+        assert check_count(DEFAULT_PARTITIONS_POSTGRES) == 64
+        assert check_count(DEFAULT_PARTITIONS_SQLITE) == 1
+
+    @pytest.mark.parametrize(
+        ("document", "stated"),
+        [({}, 0), ({"partition": 3}, 3), ({"partition": -1}, None), ({"partition": "3"}, None)],
+    )
+    def test_a_document_states_its_partition_or_zero(self, document, stated):
+        assert stated_partition(document) == stated
+
+
+class TestBoundToItsChain:
+    def test_a_partition_other_than_zero_verifies(self):
+        rows, head = build(4, partition=3)
+        assert verify_chain(rows, head, partition=3).ok
+
+    def test_old_receipts_without_the_field_are_partition_zero_history(self):
+        rows, head = build(3, partition=0)
+        assert "partition" not in rows[0].document
+        assert verify_chain(rows, head).ok
+        assert verify_chain(rows, head, partition=0).ok
+
+    def test_a_chain_verified_as_another_partition_is_broken_at_every_receipt(self):
+        rows, head = build(3, partition=3)
+        report = verify_chain(rows, head, partition=5)
+        assert [(b.kind, b.seq) for b in report.breaks] == [
+            (BreakKind.LINK_BROKEN, 1),
+            (BreakKind.LINK_BROKEN, 2),
+            (BreakKind.LINK_BROKEN, 3),
+        ]
+
+    def test_a_rehashed_receipt_claiming_another_partition_is_named_in_its_chain(self):
+        rows, _ = build(3, partition=2)
+        rows[1] = rehashed(rows[1], partition=4)
+        rows[2] = rehashed(rows[2], prev_hash=rows[1].hash)
+        head = ChainHead(3, rows[2].hash or "")
+        report = verify_chain(rows, head, partition=2)
+        assert [(b.kind, b.seq) for b in report.breaks] == [(BreakKind.LINK_BROKEN, 2)]
+        assert describe(report.breaks[0], 2) == (
+            "receipt 2 of partition 2 does not link to the receipt before it"
+        )
+
+    def test_partition_zero_lines_read_as_before(self):
+        brk = verify_chain(*build(1, 0), partition=1).breaks[0]
+        assert describe(brk) == "receipt 1 does not link to the receipt before it"
+
+    def test_a_null_partition_is_not_partition_zero(self):
+        rows, _ = build(2, partition=1)
+        moved = [rehashed(rows[0], partition=None)]
+        assert not verify_chain(moved, ChainHead(1, moved[0].hash or ""), partition=0).ok
+
+    def test_checkpoint_breaks_name_the_partition(self):
+        rows, head = build(4, partition=3)
+        report = verify_chain(rows[:2], ChainHead(2, rows[1].hash or ""), checkpoints=[head])
+        tail = [b for b in report.breaks if b.kind is BreakKind.TAIL_CUT]
+        assert describe(tail[0], 3).startswith("receipts up to seq 4 of partition 3")

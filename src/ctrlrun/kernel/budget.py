@@ -191,6 +191,17 @@ class BudgetState:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class BudgetCharge:
+    """What a budgeted call asks its reservation transaction to consume: ``amount`` against
+    ``budget_id``'s current window; ``force`` when a person approved going past the limit."""
+
+    budget: Budget
+    budget_id: str
+    amount: int
+    force: bool = False
+
+
 def over_budget(state: BudgetState, action_id: str | None = None) -> ActionDenied:
     """The refusal of a call that would take its budget past the limit (``over: deny``)."""
     return ActionDenied(

@@ -207,6 +207,7 @@ def finish_request(
         notices=(
             ambiguous_notices(call, attempt, error, now) if outcome is EffectState.AMBIGUOUS else ()
         ),
+        give_back_budget=started.budget is not None and outcome is EffectState.FAILED,
     )
 
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from ctrlrun.kernel.budget import Budget, BudgetState
+from ctrlrun.kernel.budget import Budget, BudgetCharge, BudgetState, over_budget
 from ctrlrun.store.ops import Txn
 
 
@@ -60,6 +60,17 @@ def consume_in_txn(
     txn.run("budget_charge_insert", charge)
     before = int(row["spent"]) - amount
     return True, BudgetState(budget_id, start, budget.window, budget.limit, before, amount)
+
+
+def charge_in_txn(txn: Txn, charge: BudgetCharge, action_id: str) -> BudgetState:
+    """A protected call's consumption, in its reservation transaction: the state before and
+    after, or ``ActionDenied(over_budget)`` (the transaction rolls back: nothing reserved)."""
+    ok, state = consume_in_txn(
+        txn, charge.budget, charge.budget_id, charge.amount, action_id, force=charge.force
+    )
+    if not ok:
+        raise over_budget(state, action_id)
+    return state
 
 
 def give_back_in_txn(txn: Txn, action_id: str) -> bool:

@@ -144,3 +144,28 @@ def test_async_calls_consume_the_same_budget(control, store):
     asyncio.run(main())
     assert ran == ["r1"]
     assert spent(store) == {"pay:agent:bot": 700}
+
+
+def test_receipt_shows_the_budget_before_and_after(control, store, backend, tmp_path):
+    """The receipt carries the store's before/after, limit and window; so does ``inspect``."""
+    ran: list[str] = []
+    with ctrlrun.context("bot"):
+        pay_on(control, ran)("r1", 600)
+        pay_on(control, ran)("r2", 300)
+    last = store.receipts()[-1]
+    budget = last.document["budget"]
+    assert (budget["spent_before"], budget["amount"], budget["spent_after"]) == (600, 300, 900)
+    assert (budget["limit"], budget["window"], budget["budget_id"]) == (
+        1000,
+        "3650d",
+        "pay:agent:bot",
+    )
+    if backend == "sqlite":
+        from support.cli import run
+
+        shown = run("inspect", last.document["action_id"], "--store-url", store_url(store)).stdout
+        assert "pay:agent:bot: spent 600 -> 900 of 1000 (3650d window" in shown
+
+
+def store_url(store) -> str:
+    return f"sqlite:///{store.path}"

@@ -175,6 +175,7 @@ def outcome_draft(
         approver=approval.approver if approval else None,
         signatures=approval.signatures if approval else (),
         error=error,
+        budget=started.budget.to_dict() if started.budget is not None else None,
     )
 
 

@@ -25,6 +25,10 @@ actions:
   note:
     decision: allow
     budget: {sum: amount, limit: 100, window: 3650d}
+  watch:
+    decision: allow
+    mode: observe
+    budget: {sum: amount, limit: 100, window: 3650d}
 """
 
 
@@ -169,3 +173,24 @@ def test_receipt_shows_the_budget_before_and_after(control, store, backend, tmp_
 
 def store_url(store) -> str:
     return f"sqlite:///{store.path}"
+
+
+def test_observed_calls_read_the_budget_without_consuming(control, store):
+    """An observed call runs; its receipt says would_have over_budget past the limit, and
+    nothing is consumed either way."""
+    ran: list[int] = []
+
+    @ctrlrun.protect("watch", control=control)
+    def watch(amount: int) -> str:
+        ran.append(amount)
+        return "ok"
+
+    with ctrlrun.context("bot"):
+        assert watch(100) == "ok"
+        assert watch(101) == "ok"
+        assert watch("12") == "ok"  # enforcement would refuse this amount
+    assert ran == [100, 101, "12"]
+    assert spent(store) == {}
+    observed = [r.document["observed"] for r in store.receipts()]
+    assert [o["would_have"] for o in observed] == [None, "over_budget", "denied"]
+    assert "spent 0 of 100" in observed[1]["why"]

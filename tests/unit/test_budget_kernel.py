@@ -201,3 +201,22 @@ class TestState:
         assert error.reason is DenyReason.OVER_BUDGET
         assert error.action_id == "act1"
         assert "spent 400 of 500" in error.message
+
+
+class TestObservation:
+    def test_budget_verdicts_become_would_have(self) -> None:
+        """Read-only budget verdicts: deny → over_budget, approve → approval_required, fits →
+        would have run; the earlier checks still come first."""
+        from ctrlrun.kernel.observe import WouldHave, plan_observation
+
+        now = datetime(2026, 3, 5, tzinfo=UTC)
+
+        def seen(verdict: BudgetVerdict, decision: Decision = Decision.ALLOW) -> object:
+            return plan_observation(
+                decision, "rule[0]", None, None, approved=False, now=now, budget=(verdict, "s")
+            ).would_have
+
+        assert seen(BudgetVerdict.DENY) is WouldHave.OVER_BUDGET
+        assert seen(BudgetVerdict.APPROVE) is WouldHave.APPROVAL_REQUIRED
+        assert seen(BudgetVerdict.FITS) is None
+        assert seen(BudgetVerdict.DENY, Decision.APPROVE) is WouldHave.APPROVAL_REQUIRED

@@ -12,8 +12,11 @@ from typing import Final, NoReturn
 
 from ctrlrun.errors import ActionDenied, DenyReason
 from ctrlrun.kernel.action import Action
-from ctrlrun.kernel.budget import BudgetCharge
-from ctrlrun.kernel.policy_model import ActionPolicy
+from ctrlrun.kernel.budget import BudgetCharge, BudgetVerdict
+from ctrlrun.kernel.policy import Policy
+from ctrlrun.kernel.policy_model import ActionPolicy, Decision
+from ctrlrun.store.budgets import peek_budget
+from ctrlrun.store.protocol import StateStore
 
 DENIED_AT_START: Final = frozenset(
     {DenyReason.APPROVAL_DENIED, DenyReason.OVER_BUDGET, DenyReason.BUDGET_UNEVALUABLE}
@@ -36,3 +39,23 @@ def budget_charge(
     except ActionDenied as exc:
         refuse(exc)
     return BudgetCharge(budget, budget.budget_id(action.name, action.principal.agent), amount)
+
+
+def observed_budget(
+    store: StateStore, action: Action, policy: Policy, decision: Decision, rule: str
+) -> tuple[Decision, str, tuple[BudgetVerdict, str] | None]:
+    """An observed call's budget, read without consuming: the verdict and the state it
+    found; a non-whole-number amount turns the decision into a denial
+    (``budget_unevaluable``), as enforcement would refuse it."""
+    entry = policy.entry(action.name)
+    if entry is None or entry.budget is None:
+        return decision, rule, None
+    budget = entry.budget
+    try:
+        amount = budget.amount(action.plain_arguments, action.action_id)
+    except ActionDenied:
+        return Decision.DENY, str(DenyReason.BUDGET_UNEVALUABLE), None
+    state = peek_budget(
+        store, budget, budget.budget_id(action.name, action.principal.agent), amount
+    )
+    return decision, rule, (budget.verdict(state.spent_before, amount), state.describe())

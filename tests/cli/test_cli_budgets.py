@@ -53,3 +53,32 @@ def test_a_fitting_budget_passes(modules):
     _, fit = modules
     result = run("check", fit)
     assert result.exit_code == 0, result.output
+
+
+def test_stats_show_spend_and_over_budget_refusals(empty):
+    """``ctrlrun stats`` lists each budget's spend per window and counts over_budget."""
+    import json
+
+    import ctrlrun
+    from ctrlrun import ActionDenied, Control, SQLiteStateStore
+    from ctrlrun.config import load_policy_text
+
+    store = SQLiteStateStore(empty / "state.db")
+    control = Control(load_policy_text(POLICY), store)
+
+    @ctrlrun.protect("pay", control=control)
+    def pay(ref: str, amount: int) -> str:
+        return "paid"
+
+    with ctrlrun.context("bot"):
+        pay("r1", 800)
+        with pytest.raises(ActionDenied):
+            pay("r2", 300)
+    store.close()
+    url = f"sqlite:///{empty / 'state.db'}"
+    report = json.loads(run("stats", "--json", "--store-url", url).stdout)
+    [budget] = report["budgets"]
+    assert (budget["budget_id"], budget["spent"]) == ("pay:shared", 800)
+    assert "over_budget" in json.dumps(report)
+    shown = run("stats", "--store-url", url).stdout
+    assert "pay:shared: 800 spent in the window from" in shown

@@ -194,3 +194,14 @@ def test_observed_calls_read_the_budget_without_consuming(control, store):
     observed = [r.document["observed"] for r in store.receipts()]
     assert [o["would_have"] for o in observed] == [None, "over_budget", "denied"]
     assert "spent 0 of 100" in observed[1]["why"]
+
+
+def test_a_budgeted_call_still_costs_two_write_transactions(control, store):
+    """The charge rides in the reservation's transaction; the outcome's is the second."""
+    ran: list[str] = []
+    with ctrlrun.context("bot"):
+        pay = pay_on(control, ran)
+        pay("r0", 1)  # the store's first-use writes (templates) happen here
+        before = store.write_transactions
+        pay("r1", 1)
+    assert store.write_transactions - before == 2

@@ -15,7 +15,7 @@ from ctrlrun.kernel.action import Action
 from ctrlrun.kernel.budget import BudgetCharge, BudgetVerdict
 from ctrlrun.kernel.policy import Policy
 from ctrlrun.kernel.policy_model import ActionPolicy, Decision
-from ctrlrun.store.budgets import peek_budget
+from ctrlrun.store import peek_budget
 from ctrlrun.store.protocol import StateStore
 
 DENIED_AT_START: Final = frozenset(

@@ -230,9 +230,20 @@ def _receipt_lines(found: Inspection) -> list[tuple[str, str]]:
         )
         if document.get("error"):
             lines.append(("error", str(document["error"])))
+        if isinstance(document.get("budget"), dict):
+            lines.append(("budget", _budget_line(document["budget"])))
     if not lines:
         lines.append(("receipt", _no_receipt(found)))
     return lines
+
+
+def _budget_line(budget: dict[str, Any]) -> str:
+    """The charge a receipt recorded (the store's before/after, never the agent's text)."""
+    return (
+        f"{budget.get('budget_id')}: spent {budget.get('spent_before')} ->"
+        f" {budget.get('spent_after')} of {budget.get('limit')} ({budget.get('window')} window"
+        f" from {budget.get('window_start')})"
+    )
 
 
 def _no_receipt(found: Inspection) -> str:

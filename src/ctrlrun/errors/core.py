@@ -22,6 +22,8 @@ class DenyReason(StrEnum):
     ATTEMPT_CEILING = "attempt_ceiling"
     POLICY_UNLOADABLE = "policy_unloadable"
     EFFECT_TEMPLATE_CHANGED = "effect_template_changed"
+    OVER_BUDGET = "over_budget"
+    BUDGET_UNEVALUABLE = "budget_unevaluable"
 
 
 class MismatchReason(StrEnum):

@@ -15,6 +15,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from ctrlrun.kernel.budget import BudgetVerdict
 from ctrlrun.kernel.effect import LIVE_STATES, EffectRecord, EffectState
 from ctrlrun.kernel.policy_model import Decision
 
@@ -26,6 +27,7 @@ class WouldHave(StrEnum):
     APPROVAL_REQUIRED = "approval_required"
     DUPLICATE = "duplicate"
     AMBIGUOUS = "ambiguous"
+    OVER_BUDGET = "over_budget"
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,10 +56,14 @@ def plan_observation(
     *,
     approved: bool,
     now: datetime,
+    budget: tuple[BudgetVerdict, str] | None = None,
 ) -> Observation:
     """What enforcement would have done. ``rule`` is the verdict's label (``rule[2]``,
     ``effect_key_error``); ``record`` the key's record now; ``approved``: a usable grant
-    exists for exactly this call."""
+    exists for exactly this call; ``budget`` what the budget, read without consuming, says
+    and the state it found (None: unbudgeted). Past the limit is ``over_budget`` (``over:
+    deny``) or ``approval_required`` (``over: approve``), after the checks enforcement
+    makes first."""
     if decision is Decision.DENY:
         return Observation(WouldHave.DENIED, f"denied ({rule})", effect_key)
     if record is not None:
@@ -72,4 +78,9 @@ def plan_observation(
             return Observation(WouldHave.DUPLICATE, why, effect_key)
     if decision is Decision.APPROVE and not approved:
         return Observation(WouldHave.APPROVAL_REQUIRED, f"needs a person ({rule})", effect_key)
+    if budget is not None and budget[0] is BudgetVerdict.DENY:
+        return Observation(WouldHave.OVER_BUDGET, f"over budget: {budget[1]}", effect_key)
+    if budget is not None and budget[0] is BudgetVerdict.APPROVE:
+        why = f"needs a person: over budget: {budget[1]}"
+        return Observation(WouldHave.APPROVAL_REQUIRED, why, effect_key)
     return Observation(None, f"would have run ({rule})", effect_key)

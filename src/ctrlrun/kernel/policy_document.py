@@ -17,6 +17,7 @@ from ctrlrun.kernel.action import check_action_name
 from ctrlrun.kernel.approval import check_person
 from ctrlrun.kernel.approval_rules import APPROVAL_KEYS, DEFAULT_RULES, ApprovalRules
 from ctrlrun.kernel.argument_display import DISPLAY_KEYS, Money
+from ctrlrun.kernel.budget import BUDGET_KEYS, Budget
 from ctrlrun.kernel.identity import identity_key
 from ctrlrun.kernel.notify import NotifyTarget, parse_targets
 from ctrlrun.kernel.policy_model import (
@@ -68,6 +69,7 @@ _ENTRY_KEYS: Final = (
     "approval",
     "display",
     "mode",
+    "budget",
 )
 _RULE_KEYS: Final = ("when", "decision", "controls", "approval")
 _CONTROL_KEYS: Final = ("title", "source")
@@ -254,6 +256,7 @@ def _entry(reader: _Reader, name: str, body: object, defaults: ApprovalRules) ->
         approval=_approval(reader, entry.get("approval", {}), (*path, "approval"), defaults),
         display=_display(reader, entry.get("display", {}), (*path, "display")),
         mode=_mode(reader, entry, path),
+        budget=_budget(reader, entry, path),
     )
 
 
@@ -269,6 +272,14 @@ def _display(reader: _Reader, value: object, path: KeyPath) -> tuple[tuple[str, 
         minor = fields.get("minor", 2)
         out.append((argument, reader.checked(here, Money, money, minor)))
     return tuple(out)
+
+
+def _budget(reader: _Reader, entry: Mapping[str, Any], path: KeyPath) -> Budget | None:
+    if "budget" not in entry:
+        return None
+    here = (*path, "budget")
+    body = reader.mapping(entry["budget"], here, BUDGET_KEYS, ("sum", "limit"))
+    return reader.checked(here, Budget.parse, body)
 
 
 def _mode(reader: _Reader, entry: Mapping[str, Any], path: KeyPath) -> Mode | None:

@@ -19,6 +19,7 @@ from ctrlrun.errors import InvalidArgument
 from ctrlrun.kernel.action import check_action_name
 from ctrlrun.kernel.approval_rules import DEFAULT_RULES, ApprovalRules, render_duration
 from ctrlrun.kernel.argument_display import Money, shown_value
+from ctrlrun.kernel.budget import Budget
 from ctrlrun.kernel.template import RESOURCE, Template
 
 POLICY_SCHEMA: Final = "ctrlrun.policy/v1"
@@ -355,9 +356,12 @@ class ActionPolicy:
     approval: ApprovalRules = DEFAULT_RULES
     display: tuple[tuple[str, Money], ...] = ()  # how arguments are shown: not hashed
     mode: Mode | None = None
+    budget: Budget | None = None  # a cumulative limit (kernel/budget.py)
 
     def __post_init__(self) -> None:
         check_action_name(self.name)
+        if self.budget is not None and not isinstance(self.budget, Budget):
+            raise InvalidArgument(f"budget must be a Budget, got {self.budget!r}")
         if self.mode is not None:
             object.__setattr__(self, "mode", check_mode(self.mode))
         if not all(isinstance(m, Money) for _, m in self.display):
@@ -409,6 +413,8 @@ class ActionPolicy:
             out["approval"] = self.approval.to_document()
         if self.mode is not None:
             out["mode"] = self.mode.value
+        if self.budget is not None:
+            out["budget"] = self.budget.to_document()
         return out
 
     def approval_for(self, rule: int | None) -> ApprovalRules:

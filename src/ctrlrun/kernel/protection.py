@@ -80,6 +80,15 @@ def plan_protection(
         for condition in rule.when
         if condition.argument not in parameters
     ]
+    if entry.budget is not None and entry.budget.sum not in parameters:
+        found.append(
+            Finding(
+                FindingKind.MISSING_PARAMETER,
+                name,
+                f"the budget sums {entry.budget.sum!r}, but the function has no parameter"
+                f" {entry.budget.sum!r}",
+            )
+        )
     if _always_denied(entry):
         found.append(Finding(FindingKind.ALWAYS_DENIED, name, "the policy denies every call"))
     return tuple(found)

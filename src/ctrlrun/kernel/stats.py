@@ -23,6 +23,7 @@ from ctrlrun._time import decode_instant
 
 _REASON: Final = re.compile(r"([A-Za-z_][A-Za-z0-9_]{0,63}):")
 _ANSWERED: Final = ("granted", "denied", "consumed")
+_OVER_BUDGET: Final = "ActionDenied: over budget:"  # kernel/budget.py over_budget's own words
 
 
 class Dimension(StrEnum):
@@ -90,6 +91,8 @@ def _keyed(document: Mapping[str, Any]) -> tuple[StatsKey, datetime] | None:
     error = document.get("error")
     match = _REASON.match(error) if isinstance(error, str) and result != "committed" else None
     reason = match.group(1) if match else ""
+    if reason == "ActionDenied" and str(error).startswith(_OVER_BUDGET):  # a budget's refusal
+        reason = "over_budget"
     observed = document.get("observed")
     if result == "observed" and isinstance(observed, Mapping):  # what enforcement would do
         reason = str(observed.get("would_have") or "would_run")

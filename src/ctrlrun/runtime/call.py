@@ -175,6 +175,7 @@ def outcome_draft(
         approver=approval.approver if approval else None,
         signatures=approval.signatures if approval else (),
         error=error,
+        budget=started.budget.to_dict() if started.budget is not None else None,
     )
 
 
@@ -207,6 +208,7 @@ def finish_request(
         notices=(
             ambiguous_notices(call, attempt, error, now) if outcome is EffectState.AMBIGUOUS else ()
         ),
+        give_back_budget=started.budget is not None and outcome is EffectState.FAILED,
     )
 
 

@@ -61,6 +61,7 @@ from ctrlrun.kernel.text import check_label
 from ctrlrun.runtime.answering import tampered_event
 from ctrlrun.runtime.approvals import Approvals
 from ctrlrun.runtime.assess import Assessment, assess
+from ctrlrun.runtime.budget import DENIED_AT_START, budget_charge
 from ctrlrun.runtime.call import (
     CallSpec,
     InFlight,
@@ -472,6 +473,7 @@ class Control:
             events=call.pre,
             action_name=call.action.name,
             effect_template=template_source(call, entry, spec),
+            budget=budget_charge(call.action, entry, lambda e: self._refuse_start(call, e)),
         )
         try:
             return self.store.start_action(request)
@@ -492,7 +494,7 @@ class Control:
             self._refuse_start(call, exc)
 
     def _refuse_start(self, call: InFlight, exc: Refused) -> NoReturn:
-        if isinstance(exc, ActionDenied) and exc.reason is DenyReason.APPROVAL_DENIED:
+        if isinstance(exc, ActionDenied) and exc.reason in DENIED_AT_START:
             self._refuse(call, exc, ReceiptResult.DENIED, denied_event(call, exc))
         if isinstance(exc, ApprovalMismatch) and exc.reason is MismatchReason.EXPIRED:
             self._emit_expired(exc.approval_id)

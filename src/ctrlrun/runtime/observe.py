@@ -18,6 +18,7 @@ from ctrlrun.kernel.approval import plan_reuse
 from ctrlrun.kernel.observe import plan_observation
 from ctrlrun.kernel.policy import Decision, Policy
 from ctrlrun.kernel.text import check_label
+from ctrlrun.runtime.budget import observed_budget
 from ctrlrun.runtime.call import CallSpec, InFlight
 from ctrlrun.runtime.receipts import Verdict, evaluated, proposed
 from ctrlrun.store.protocol import Started
@@ -43,8 +44,11 @@ def begin_observed(
     if decision is Decision.APPROVE:
         found = control.store.find_approvals(action.action_hash, policy.policy_hash)
         approved = plan_reuse(found, now=control.now()).granted is not None
+    budget = None
+    if decision is not Decision.DENY:
+        decision, rule, budget = observed_budget(control.store, action, policy, decision, rule)
     observation = plan_observation(
-        decision, rule, key, record, approved=approved, now=control.now()
+        decision, rule, key, record, approved=approved, now=control.now(), budget=budget
     )
     verdict = Verdict(str(decision), rule, policy.policy_hash, evaluation.controls)
     pre = (proposed(action), evaluated(action, verdict, key))

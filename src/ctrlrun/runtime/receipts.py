@@ -40,12 +40,14 @@ def receipt_draft(
     error: str | None = None,
     signatures: tuple[tuple[str, str], ...] = (),
     observed: dict[str, Any] | None = None,
+    budget: dict[str, Any] | None = None,
 ) -> ReceiptDraft:
     """The receipt document, without the ``seq``/``prev_hash`` the store adds when chaining;
     its canonical text is prepared in parts, with the action's own texts reused. It has a
     ``controls`` key (sorted ids) only when the decision cited controls, and an
     ``approval_signatures`` key (``[{approver, signature}]``) only when the approval was
-    signed, and an ``observed`` key only for an observed call (``mode: observe``)."""
+    signed, an ``observed`` key only for an observed call (``mode: observe``), and a ``budget``
+    key (spent before/after, limit, window: ``BudgetState.to_dict``) only for a budgeted one."""
     fields: dict[str, Any] = {
         "schema": RECEIPT_SCHEMA,
         "receipt_id": new_id("rcp"),
@@ -74,6 +76,8 @@ def receipt_draft(
         fields["approval_signatures"] = [{"approver": a, "signature": s} for a, s in signatures]
     if observed is not None:
         fields["observed"] = observed
+    if budget is not None:
+        fields["budget"] = budget
     texts = {"arguments": action.arguments_text, "principal": action.principal.text}
     return ReceiptDraft(fields, texts)
 

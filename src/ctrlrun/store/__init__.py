@@ -10,6 +10,7 @@ from typing import Any
 
 from ctrlrun._time import Clock
 from ctrlrun.errors import InvalidArgument
+from ctrlrun.store.budgets import peek_budget
 from ctrlrun.store.protocol import FinishRequest, Started, StartRequest, StateStore
 from ctrlrun.store.url import StoreURL, parse_store_url
 
@@ -21,6 +22,7 @@ __all__ = [
     "StoreURL",
     "open_store",
     "parse_store_url",
+    "peek_budget",
 ]
 
 

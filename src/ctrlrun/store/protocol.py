@@ -15,6 +15,7 @@ from datetime import timedelta
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from ctrlrun.kernel.approval import ApprovalRecord, ApprovalRequestDraft, ApprovalStatus
+from ctrlrun.kernel.budget import BudgetCharge, BudgetState
 from ctrlrun.kernel.effect import EffectRecord, EffectState, Reservation
 from ctrlrun.kernel.event import Event, EventDraft
 from ctrlrun.kernel.notify import Notice, NotifyTarget
@@ -74,6 +75,7 @@ class StartRequest:
     approvers_excluded: tuple[str, ...] = ()  # who may not have granted it (the requester)
     approver_keys: Mapping[str, str] | None = None  # signed mode: only verified grants count
     announce_ambiguous: tuple[NotifyTarget, ...] = ()  # told when a lapsed lease is found
+    budget: BudgetCharge | None = None  # consumed in this transaction (kernel/budget.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +84,7 @@ class Started:
 
     reservation: Reservation | None
     approval: ApprovalRecord | None
+    budget: BudgetState | None = None  # the budget before and after this call's charge
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +105,7 @@ class FinishRequest:
     error: str | None = None
     events: tuple[EventDraft, ...] = ()
     notices: tuple[Notice, ...] = ()  # outbox messages telling of this outcome (AMBIGUOUS)
+    give_back_budget: bool = False  # a FAILED budgeted attempt returns its charge
 
 
 @runtime_checkable

@@ -11,6 +11,7 @@ from ctrlrun.kernel.event import EventDraft, EventType
 from ctrlrun.kernel.receipt import StoredReceipt
 from ctrlrun.store.ops import Txn
 from ctrlrun.store.ops.approvals import check_consumable_in_txn, consume_approval_in_txn
+from ctrlrun.store.ops.budgets import charge_in_txn, give_back_in_txn
 from ctrlrun.store.ops.effects import finish_effect_in_txn, reserve_in_txn
 from ctrlrun.store.ops.evidence import append_events_in_txn, put_receipt_in_txn
 from ctrlrun.store.ops.notices import enqueue_notices_in_txn
@@ -49,6 +50,9 @@ def start_action_in_txn(txn: Txn, request: StartRequest) -> Started:
             state=EffectState.EXECUTING if request.execute else EffectState.RESERVED,
             announce=request.announce_ambiguous,
         )
+    spent = (
+        None if request.budget is None else charge_in_txn(txn, request.budget, request.action_id)
+    )
     own: list[EventDraft] = []
     if approval is not None:
         consume_approval_in_txn(
@@ -89,7 +93,7 @@ def start_action_in_txn(txn: Txn, request: StartRequest) -> Started:
             )
         )
     append_events_in_txn(txn, (*request.events, *own))
-    return Started(reservation, approval)
+    return Started(reservation, approval, spent)
 
 
 def finish_action_in_txn(txn: Txn, request: FinishRequest) -> StoredReceipt:
@@ -104,6 +108,8 @@ def finish_action_in_txn(txn: Txn, request: FinishRequest) -> StoredReceipt:
             result=request.result,
             error=request.error,
         )
+    if request.give_back_budget:
+        give_back_in_txn(txn, request.action_id)
     append_events_in_txn(txn, request.events)
     enqueue_notices_in_txn(txn, request.notices)
     return put_receipt_in_txn(txn, request.receipt)

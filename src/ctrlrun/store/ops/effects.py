@@ -24,6 +24,7 @@ from ctrlrun.kernel.notify import NotifyKind, NotifyTarget, notices
 from ctrlrun.kernel.notify_body import lapsed_event
 from ctrlrun.store.codec import effect_from_row
 from ctrlrun.store.ops import KeptRefusal, Txn
+from ctrlrun.store.ops.budgets import give_back_in_txn
 from ctrlrun.store.ops.evidence import append_events_in_txn
 from ctrlrun.store.ops.notices import enqueue_notices_in_txn
 
@@ -303,6 +304,8 @@ def resolve_effect_in_txn(
     error = resolution_error(record, target, resolver)
     if not _move(txn, record, target, error=error, result=record.result, resolved_by=resolver):
         raise _lost_race(effect_key)
+    if target is EffectState.FAILED and record.action_id is not None:
+        give_back_in_txn(txn, record.action_id)  # it did not happen: its budget charge returns
     append_events_in_txn(
         txn,
         [

@@ -44,6 +44,9 @@ AGENT_FUNCTIONS: Final = (
     "ctrlrun_consume_approval",
     "ctrlrun_expire_approval",
     "ctrlrun_enqueue_outbox",
+    "ctrlrun_consume_budget",
+    "ctrlrun_charge_budget",
+    "ctrlrun_return_budget",
 )
 """The functions ``roles_agent`` grants (a test holds the two lists equal); an agent's role
 lacking one is refused at open."""

@@ -197,8 +197,8 @@ class PostgresStateStore(SQLStore):
             return self._engine.write(work, operation="start_action")
 
         try:
-            try:
-                started = run(fold=True)
+            try:  # a budgeted call's charge goes with the shared path (decision 0028)
+                started = run(fold=request.budget is None)
             except GuardMissed:
                 started = run(fold=False)
         except AmbiguousEffect:
@@ -227,7 +227,7 @@ class PostgresStateStore(SQLStore):
         nothing committed), the shared path re-reads and decides in a new transaction. An
         outcome that tells someone (``notices``: a new AMBIGUOUS) takes the shared path, its
         messages in the same transaction: rare, so unfolded."""
-        if request.notices:
+        if request.notices or request.give_back_budget:  # rare: the shared path
             return super().finish_action(request)
         try:
             pending = self._write(lambda txn: folded.finish(txn, request), "finish_action")

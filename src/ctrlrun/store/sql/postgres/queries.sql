@@ -299,3 +299,36 @@ WHERE w.ok;
 -- name: effect_template_list
 SELECT action, template, recorded_at, accepted_by FROM {schema}.effect_templates
 ORDER BY action COLLATE "C";
+
+-- --- budgets (docs/decisions/0028-budgets.md) ------------------------------------------------
+
+-- name: budget_consume
+SELECT spent FROM {schema}.ctrlrun_consume_budget(
+    %(budget_id)s::text, %(window_start)s::timestamptz, %(amount)s::bigint,
+    %(limit)s::bigint, %(force)s::boolean
+) AS c(spent)
+WHERE c.spent IS NOT NULL;
+
+-- name: budget_charge_insert
+SELECT {schema}.ctrlrun_charge_budget(
+    %(action_id)s::text, %(budget_id)s::text, %(window_start)s::timestamptz,
+    %(amount)s::bigint, %(charged_at)s::timestamptz
+) AS changed;
+
+-- name: budget_return
+SELECT 1 AS returned FROM {schema}.ctrlrun_return_budget(
+    %(action_id)s::text, %(returned_at)s::timestamptz
+) AS r(ok)
+WHERE r.ok;
+
+-- name: budget_spent_get
+SELECT spent FROM {schema}.budget_spend
+WHERE budget_id = %(budget_id)s AND window_start = %(window_start)s::timestamptz;
+
+-- name: budget_charge_get
+SELECT action_id, budget_id, window_start, amount, charged_at, returned_at
+FROM {schema}.budget_charges WHERE action_id = %(action_id)s;
+
+-- name: budget_spend_list
+SELECT budget_id, window_start, spent FROM {schema}.budget_spend
+ORDER BY budget_id, window_start;

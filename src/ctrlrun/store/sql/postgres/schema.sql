@@ -51,6 +51,21 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION {schema}.ctrlrun_charge_budget(p_action_id text, p_budget_id text, p_window_start timestamp with time zone, p_amount bigint, p_at timestamp with time zone) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO '{schema}', 'pg_temp'
+    AS $$
+BEGIN
+    IF p_amount IS NULL OR p_amount < 0 OR p_action_id IS NULL THEN
+        RAISE EXCEPTION 'ctrlrun: a budget charge names its action and an amount from 0'
+            USING ERRCODE = 'CR002';
+    END IF;
+    INSERT INTO "{schema}".budget_charges (action_id, budget_id, window_start, amount, charged_at)
+    VALUES (p_action_id, p_budget_id, p_window_start, p_amount, p_at);
+    RETURN true;
+END
+$$;
+
 CREATE FUNCTION {schema}.ctrlrun_consume_approval(p_approval_id text, p_action_hash text, p_consumed_at timestamp with time zone, p_consumed_by text) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO '{schema}', 'pg_temp'
@@ -62,6 +77,34 @@ BEGIN
       AND a.action_hash = p_action_hash AND a.expires_at >= p_consumed_at
       AND p_consumed_by IS NOT NULL;
     RETURN FOUND;
+END
+$$;
+
+CREATE FUNCTION {schema}.ctrlrun_consume_budget(p_budget_id text, p_window_start timestamp with time zone, p_amount bigint, p_limit bigint, p_force boolean) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO '{schema}', 'pg_temp'
+    AS $$
+DECLARE
+    v_spent bigint;
+BEGIN
+    IF p_amount IS NULL OR p_amount < 0 OR p_limit IS NULL OR p_limit < 0
+       OR p_budget_id IS NULL OR p_window_start IS NULL OR p_force IS NULL THEN
+        RAISE EXCEPTION 'ctrlrun: a budget charge needs a budget, a window and amounts from 0'
+            USING ERRCODE = 'CR002';
+    END IF;
+    INSERT INTO "{schema}".budget_spend AS b (budget_id, window_start, spent)
+    SELECT p_budget_id, p_window_start, p_amount WHERE p_amount <= p_limit OR p_force
+    ON CONFLICT (budget_id, window_start) DO UPDATE SET spent = b.spent + excluded.spent
+    WHERE b.spent + excluded.spent <= p_limit OR p_force;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    -- The row is this transaction's now (written, locked): its spent is the one just set.
+    v_spent := (
+        SELECT s.spent FROM "{schema}".budget_spend AS s
+        WHERE s.budget_id = p_budget_id AND s.window_start = p_window_start
+    );
+    RETURN v_spent;
 END
 $$;
 
@@ -385,11 +428,50 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION {schema}.ctrlrun_return_budget(p_action_id text, p_at timestamp with time zone) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO '{schema}', 'pg_temp'
+    AS $$
+BEGIN
+    UPDATE "{schema}".budget_charges SET returned_at = p_at
+    WHERE action_id = p_action_id AND returned_at IS NULL;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    UPDATE "{schema}".budget_spend AS s SET spent = s.spent - c.amount
+    FROM "{schema}".budget_charges AS c
+    WHERE c.action_id = p_action_id AND s.budget_id = c.budget_id
+      AND s.window_start = c.window_start AND s.spent >= c.amount;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'ctrlrun: a budget holds less than the charge it gives back'
+            USING ERRCODE = 'CR001';
+    END IF;
+    RETURN true;
+END
+$$;
+
 CREATE TABLE {schema}.approval_grants (
     approval_id text NOT NULL COLLATE pg_catalog."C",
     approver text NOT NULL COLLATE pg_catalog."C",
     granted_at timestamp with time zone NOT NULL,
     signature text
+);
+
+CREATE TABLE {schema}.budget_charges (
+    action_id text NOT NULL COLLATE pg_catalog."C",
+    budget_id text NOT NULL COLLATE pg_catalog."C",
+    window_start timestamp with time zone NOT NULL,
+    amount bigint NOT NULL,
+    charged_at timestamp with time zone NOT NULL,
+    returned_at timestamp with time zone,
+    CONSTRAINT budget_charges_amount_check CHECK ((amount >= 0))
+);
+
+CREATE TABLE {schema}.budget_spend (
+    budget_id text NOT NULL COLLATE pg_catalog."C",
+    window_start timestamp with time zone NOT NULL,
+    spent bigint NOT NULL,
+    CONSTRAINT budget_spend_spent_check CHECK ((spent >= 0))
 );
 
 CREATE TABLE {schema}.checkpoints (
@@ -614,6 +696,12 @@ ALTER TABLE ONLY {schema}.approval_grants
 
 ALTER TABLE ONLY {schema}.approvals
     ADD CONSTRAINT approvals_pkey PRIMARY KEY (approval_id);
+
+ALTER TABLE ONLY {schema}.budget_charges
+    ADD CONSTRAINT budget_charges_pkey PRIMARY KEY (action_id);
+
+ALTER TABLE ONLY {schema}.budget_spend
+    ADD CONSTRAINT budget_spend_pkey PRIMARY KEY (budget_id, window_start);
 
 ALTER TABLE ONLY {schema}.checkpoints
     ADD CONSTRAINT checkpoints_pkey PRIMARY KEY (checkpoint_id);

@@ -170,3 +170,35 @@ SET template = excluded.template, recorded_at = excluded.recorded_at,
 
 -- name: effect_template_list
 SELECT action, template, recorded_at, accepted_by FROM effect_templates ORDER BY action;
+
+-- --- budgets (docs/decisions/0028-budgets.md) ------------------------------------------------
+
+-- name: budget_consume
+-- One conditional upsert: the amount is added only while the window stays within the limit
+-- (or a person approved going past it); no row back means over budget, nothing written.
+INSERT INTO budget_spend (budget_id, window_start, spent)
+SELECT :budget_id, :window_start, :amount WHERE :amount <= :limit OR :force
+ON CONFLICT (budget_id, window_start) DO UPDATE SET spent = spent + excluded.spent
+WHERE budget_spend.spent + excluded.spent <= :limit OR :force
+RETURNING spent;
+
+-- name: budget_charge_insert
+INSERT INTO budget_charges (action_id, budget_id, window_start, amount, charged_at)
+VALUES (:action_id, :budget_id, :window_start, :amount, :charged_at);
+
+-- name: budget_return
+-- Give an action's charge back once (the trigger budget_charge_returned takes the amount off
+-- its window in the same statement); no row back: nothing was charged or it is back already.
+UPDATE budget_charges SET returned_at = :returned_at
+WHERE action_id = :action_id AND returned_at IS NULL
+RETURNING 1 AS returned;
+
+-- name: budget_spent_get
+SELECT spent FROM budget_spend WHERE budget_id = :budget_id AND window_start = :window_start;
+
+-- name: budget_charge_get
+SELECT action_id, budget_id, window_start, amount, charged_at, returned_at
+FROM budget_charges WHERE action_id = :action_id;
+
+-- name: budget_spend_list
+SELECT budget_id, window_start, spent FROM budget_spend ORDER BY budget_id, window_start;

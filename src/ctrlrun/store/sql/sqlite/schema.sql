@@ -25,6 +25,22 @@ CREATE TABLE approvals (
     consumed_by  TEXT
 , required INTEGER NOT NULL DEFAULT 1, excluded_json TEXT NOT NULL DEFAULT '[]');
 
+CREATE TABLE budget_charges (
+    action_id    TEXT PRIMARY KEY,
+    budget_id    TEXT NOT NULL,
+    window_start TEXT NOT NULL,
+    amount       INTEGER NOT NULL CHECK (amount >= 0),
+    charged_at   TEXT NOT NULL,
+    returned_at  TEXT
+) WITHOUT ROWID;
+
+CREATE TABLE budget_spend (
+    budget_id    TEXT NOT NULL,
+    window_start TEXT NOT NULL,
+    spent        INTEGER NOT NULL CHECK (spent >= 0),
+    PRIMARY KEY (budget_id, window_start)
+) WITHOUT ROWID;
+
 CREATE TABLE checkpoints (
     checkpoint_id INTEGER PRIMARY KEY,
     made_at       TEXT NOT NULL,
@@ -225,3 +241,11 @@ CREATE UNIQUE INDEX outbox_dedupe ON outbox (topic, dedupe_key) WHERE dedupe_key
 CREATE INDEX outbox_due ON outbox (status, next_attempt_at);
 
 CREATE INDEX plans_by_status ON plans (status, created_at);
+
+CREATE TRIGGER budget_charge_returned
+AFTER UPDATE OF returned_at ON budget_charges
+WHEN OLD.returned_at IS NULL AND NEW.returned_at IS NOT NULL
+BEGIN
+    UPDATE budget_spend SET spent = spent - NEW.amount
+    WHERE budget_id = NEW.budget_id AND window_start = NEW.window_start;
+END;

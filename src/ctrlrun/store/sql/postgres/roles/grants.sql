@@ -19,7 +19,8 @@ GRANT USAGE ON SCHEMA {schema} TO {agent}, {approver};
 -- after a lost COMMIT, the reason a person gave for a denial) and the schema history its
 -- open compares.
 GRANT SELECT ON {schema}.schema_version, {schema}.effects, {schema}.approvals,
-    {schema}.approval_grants, {schema}.effect_templates, {schema}.receipts, {schema}.events
+    {schema}.approval_grants, {schema}.effect_templates, {schema}.receipts, {schema}.events,
+    {schema}.budget_spend, {schema}.budget_charges
 TO {agent};
 GRANT EXECUTE ON FUNCTION
     {schema}.ctrlrun_reserve_templated, {schema}.ctrlrun_finish_effect,
@@ -27,7 +28,9 @@ GRANT EXECUTE ON FUNCTION
     {schema}.ctrlrun_insert_effect, {schema}.ctrlrun_renew_effect,
     {schema}.ctrlrun_move_effect, {schema}.ctrlrun_record_template,
     {schema}.ctrlrun_request_approval, {schema}.ctrlrun_consume_approval,
-    {schema}.ctrlrun_expire_approval, {schema}.ctrlrun_enqueue_outbox
+    {schema}.ctrlrun_expire_approval, {schema}.ctrlrun_enqueue_outbox,
+    {schema}.ctrlrun_consume_budget, {schema}.ctrlrun_charge_budget,
+    {schema}.ctrlrun_return_budget
 TO {agent};
 
 -- name: roles_approver
@@ -40,7 +43,8 @@ TO {approver};
 GRANT EXECUTE ON FUNCTION
     {schema}.ctrlrun_grant_approval, {schema}.ctrlrun_answer_approval,
     {schema}.ctrlrun_lock_approval, {schema}.ctrlrun_expire_approval, {schema}.ctrlrun_move_effect,
-    {schema}.ctrlrun_accept_template, {schema}.ctrlrun_append_events
+    {schema}.ctrlrun_accept_template, {schema}.ctrlrun_append_events,
+    {schema}.ctrlrun_return_budget
 TO {approver};
 
 -- name: roles_took

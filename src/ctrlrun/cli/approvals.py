@@ -167,6 +167,14 @@ def _row(
     )
 
 
+def _budget_cell(facts: RequestFacts) -> str:
+    """The request's budget as the store recorded it (checked: ``budget_facts``), and what
+    its window holds now while the request waits."""
+    line = facts.budget.line() or "-"
+    now = facts.budget_now_text()
+    return line if now is None else f"{line} ({now})"
+
+
 def _granted_so_far(store: StateStore, record: ApprovalRecord) -> int:
     """How many distinct approvers have granted ``record`` (its grant rows)."""
     if record.status is not ApprovalStatus.PENDING or record.required == 1:
@@ -230,7 +238,10 @@ def approvals(status: str | None, pending: bool, as_json: bool, store_url: str |
         else _row(r, now, reasons.get(r.approval_id), facts[r.approval_id])
         for r in records
     ]
-    table(rows, header=HEADER, color_column=1)
+    budgets = {rid: _budget_cell(f) for rid, f in facts.items() if f.budget.line() is not None}
+    if budgets:  # a column only where a budgeted action waits: other listings stay as they were
+        rows = [(*row, budgets.get(row[0], "-")) for row in rows]
+    table(rows, header=(*HEADER, "BUDGET") if budgets else HEADER, color_column=1)
     if tampered:
         say(
             f"{len(tampered)} request(s) TAMPERED: the stored action does not hash to the action"

@@ -38,6 +38,7 @@ from ctrlrun.errors import (
     Undeliverable,
 )
 from ctrlrun.kernel.argument_display import Money
+from ctrlrun.kernel.budget import Budget
 from ctrlrun.kernel.notify import (
     AMBIGUOUS_TOPIC,
     TOPIC,
@@ -113,11 +114,26 @@ class WebhookPoster:
         entry = found.entry(name) if isinstance(found, Policy) and isinstance(name, str) else None
         return entry.displays if entry is not None else {}
 
+    def budget(self, event: object) -> Budget | None:
+        """The policy's budget for the event's action when the targets come from the policy
+        the request was made under (its hash), so the body can check the recorded one."""
+        found = self.targets() if callable(self.targets) else self.targets
+        data = event.get("data") if isinstance(event, dict) else None
+        if not isinstance(found, Policy) or not isinstance(data, dict):
+            return None
+        action = data.get("action")
+        name = action.get("name") if isinstance(action, dict) else None
+        entry = found.entry(name) if isinstance(name, str) else None
+        same = found.policy_hash == data.get("policy_hash")
+        return entry.budget if entry is not None and same else None
+
     def __call__(self, message: Message) -> None:
         target = self.resolve(message)
         event = message.payload.get("event")
         try:
-            body = render(event, target.format, self.console_url, self.displays(event))
+            body = render(
+                event, target.format, self.console_url, self.displays(event), self.budget(event)
+            )
         except InvalidArgument as exc:
             raise Undeliverable(f"{target.name}: {exc.message}") from exc
         data = json.dumps(body, ensure_ascii=True, separators=(",", ":")).encode("ascii")

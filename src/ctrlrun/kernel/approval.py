@@ -23,6 +23,7 @@ from ctrlrun.errors import (
     MismatchReason,
     Refused,
 )
+from ctrlrun.kernel.budget import BudgetCharge
 from ctrlrun.kernel.identity import identities, identity_key
 from ctrlrun.kernel.notify import NotifyTarget
 
@@ -52,6 +53,7 @@ class ApprovalRequestDraft:
     excluded: tuple[str, ...] = ()  # who may not grant it (the requester, when so configured)
     notify: tuple[NotifyTarget, ...] = ()  # told of a new request, in its transaction
     summary: str = ""  # one line for a person, sent to ``notify``
+    budget: BudgetCharge | None = None  # the store records the budget's state on the request
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,8 @@ from ctrlrun.display import command_line, escape_text
 from ctrlrun.errors import InvalidArgument
 from ctrlrun.kernel.action import recomputed_hash
 from ctrlrun.kernel.argument_display import Money, shown_arguments
+from ctrlrun.kernel.budget import Budget
+from ctrlrun.kernel.budget_facts import shown_budget
 from ctrlrun.kernel.effect import EffectRecord, idempotency_token_for
 from ctrlrun.kernel.notify import AMBIGUOUS_EVENT_TYPE, EVENT_TYPE, BodyFormat
 
@@ -41,11 +43,13 @@ def approval_event(
     summary: str,
     created_at: datetime,
     required: int = 1,
+    budget: Mapping[str, object] | None = None,
 ) -> dict[str, Any]:
     """The event of a new approval request (Standard Webhooks shape: ``type``, ``timestamp``,
     ``data``), with the environment, the approvers still needed (``approvers_needed``: every
-    one of them, at the request) and the command that grants it."""
-    return {
+    one of them, at the request), the command that grants it and, for a budgeted action, the
+    budget's state the store read with the request (``budget``: ``BudgetFacts``' form)."""
+    event: dict[str, Any] = {
         "type": EVENT_TYPE,
         "timestamp": encode_instant(created_at),
         "data": {
@@ -60,6 +64,9 @@ def approval_event(
             "approve": command_line("ctrlrun", "approve", approval_id),
         },
     }
+    if budget is not None:
+        event["data"]["budget"] = dict(budget)
+    return event
 
 
 def ambiguous_event(
@@ -164,11 +171,15 @@ def render(
     form: BodyFormat,
     console_url: str | None = None,
     displays: Mapping[str, Money] | None = None,
+    budget: Budget | None = None,
 ) -> dict[str, Any]:
     """The body a target of ``form`` receives for ``event`` (read from a store: checked here,
     ``InvalidArgument`` when it is not an event this version writes). ``displays`` (the
     policy's ``display:`` for the action, read at delivery) adds the money arguments as a
-    person reads them: ``data.shown`` and an ``Amounts:`` line."""
+    person reads them: ``data.shown`` and an ``Amounts:`` line. A request's recorded budget
+    is checked against its action (and ``budget``, the policy's when the policy is the
+    request's: ``budget_facts.mismatch``) and shown as ``data.budget_text`` and a
+    ``Budget:`` line; facts that fail the check are dropped and the line says why."""
     if not isinstance(event, dict) or not isinstance(event.get("data"), dict):
         raise InvalidArgument("the message carries no event")
     if event.get("type") not in (EVENT_TYPE, AMBIGUOUS_EVENT_TYPE):
@@ -178,12 +189,19 @@ def render(
         return {"text": _tampered_text(tampered)} if form is BodyFormat.SLACK else tampered
     link = console_link(event, console_url)
     shown = _shown(event["data"], displays)
+    action = event["data"].get("action")
+    checked = shown_budget(
+        event["data"].get("budget"), action if isinstance(action, dict) else {}, budget
+    )
     if form is BodyFormat.SLACK:
-        return {"text": _slack_text(event, link, shown)}
+        return {"text": _slack_text(event, link, shown, checked.line())}
     body = copy.deepcopy(event)
     data = body["data"]
     if shown:
         data["shown"] = shown
+    if "budget" in data:  # only checked facts go out, with the line a person reads
+        data["budget"] = None if checked.facts is None else checked.facts.to_dict()
+        data["budget_text"] = checked.line()
     for key in ("summary", "error", "approve"):
         if isinstance(data.get(key), str):
             data[key] = escape_text(data[key])
@@ -202,7 +220,9 @@ def _shown(data: dict[str, Any], displays: Mapping[str, Money] | None) -> dict[s
     return shown_arguments(arguments, displays)
 
 
-def _slack_text(event: dict[str, Any], link: str | None, shown: dict[str, str]) -> str:
+def _slack_text(
+    event: dict[str, Any], link: str | None, shown: dict[str, str], budget: str | None
+) -> str:
     """Lines of our own, each agent-controlled part escaped (so none can add a line), then
     Slack's markup characters escaped."""
     data = event["data"]
@@ -230,6 +250,8 @@ def _slack_text(event: dict[str, Any], link: str | None, shown: dict[str, str]) 
     if shown:
         amounts = ", ".join(f"{escape_text(k)} {v}" for k, v in sorted(shown.items()))
         lines.insert(1, f"Amounts: {amounts}")
+    if budget is not None:
+        lines.insert(1, f"Budget: {escape_text(budget)}")
     if link is not None:
         lines.append(f"Console: {link}")
     text = "\n".join(lines)

@@ -8,15 +8,20 @@ in its second. Unbudgeted calls get ``None`` here and pay nothing.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Final, NoReturn
+from dataclasses import replace
+from typing import TYPE_CHECKING, Final, NoReturn
 
-from ctrlrun.errors import ActionDenied, DenyReason
+from ctrlrun.errors import ActionDenied, DenyReason, Refused
 from ctrlrun.kernel.action import Action
-from ctrlrun.kernel.budget import BudgetCharge, BudgetVerdict
+from ctrlrun.kernel.budget import BudgetCharge, BudgetVerdict, OverBudget
 from ctrlrun.kernel.policy import Policy
 from ctrlrun.kernel.policy_model import ActionPolicy, Decision
 from ctrlrun.store import peek_budget
-from ctrlrun.store.protocol import StateStore
+from ctrlrun.store.protocol import StartRequest, StateStore
+
+if TYPE_CHECKING:
+    from ctrlrun.runtime.call import CallSpec, InFlight
+    from ctrlrun.runtime.control import Control
 
 DENIED_AT_START: Final = frozenset(
     {DenyReason.APPROVAL_DENIED, DenyReason.OVER_BUDGET, DenyReason.BUDGET_UNEVALUABLE}
@@ -26,11 +31,17 @@ the budget's answer, not the effect's state."""
 
 
 def budget_charge(
-    action: Action, entry: ActionPolicy | None, refuse: Callable[[ActionDenied], NoReturn]
+    action: Action,
+    entry: ActionPolicy | None,
+    refuse: Callable[[ActionDenied], NoReturn],
+    approval_id: str | None = None,
 ) -> BudgetCharge | None:
     """The charge ``action`` makes on its entry's budget (None: unbudgeted). A missing or
     non-whole-number amount goes to ``refuse`` (``ActionDenied(budget_unevaluable)``, recorded
-    as denied) before anything is written."""
+    as denied) before anything is written. With ``approval_id`` the call presents an approval (the
+    store consumes it in the same transaction, or refuses the whole start), so an ``over:
+    approve`` budget is charged with ``force``: a person approved exactly this call, having
+    been shown the budget's state on the request."""
     if entry is None or entry.budget is None:
         return None
     budget = entry.budget
@@ -38,7 +49,49 @@ def budget_charge(
         amount = budget.amount(action.plain_arguments, action.action_id)
     except ActionDenied as exc:
         refuse(exc)
+    force = approval_id is not None and budget.over is OverBudget.APPROVE
+    budget_id = budget.budget_id(action.name, action.principal.agent)
+    return BudgetCharge(budget, budget_id, amount, force=force)
+
+
+def request_charge(action: Action, entry: ActionPolicy | None) -> BudgetCharge | None:
+    """The charge an approval request for ``action`` shows the budget's state for (None:
+    unbudgeted, or an amount the call will be refused for anyway)."""
+    if entry is None or entry.budget is None:
+        return None
+    budget = entry.budget
+    try:
+        amount = budget.amount(action.plain_arguments)
+    except ActionDenied:
+        return None
     return BudgetCharge(budget, budget.budget_id(action.name, action.principal.agent), amount)
+
+
+def needs_a_person(exc: Refused, request: StartRequest) -> bool:
+    """Whether the start was refused only because its charge would pass an ``over: approve``
+    budget's limit with no approval presented: the call is then asked about, not denied (the
+    refused transaction rolled back, so nothing is reserved or consumed meanwhile)."""
+    charge = request.budget
+    return (
+        isinstance(exc, ActionDenied)
+        and exc.reason is DenyReason.OVER_BUDGET
+        and charge is not None
+        and not charge.force
+        and charge.budget.over is OverBudget.APPROVE
+    )
+
+
+def approved_start(request: StartRequest, approval_id: str, policy_hash: str) -> StartRequest:
+    """``request`` presenting ``approval_id`` (granted for exactly this call under
+    ``policy_hash``), its charge forced past the limit: the store consumes both together."""
+    charge = request.budget
+    assert charge is not None
+    return replace(
+        request,
+        approval_id=approval_id,
+        policy_hash=policy_hash,
+        budget=replace(charge, force=True),
+    )
 
 
 def observed_budget(
@@ -59,3 +112,23 @@ def observed_budget(
         store, budget, budget.budget_id(action.name, action.principal.agent), amount
     )
     return decision, rule, (budget.verdict(state.spent_before, amount), state.describe())
+
+
+def past_limit(  # noqa: PLR0917 - the call's parts, as ``Control._start`` holds them
+    control: Control,
+    call: InFlight,
+    entry: ActionPolicy | None,
+    spec: CallSpec,
+    request: StartRequest,
+    exc: Refused,
+) -> StartRequest:
+    """After the start was refused with ``exc``: the start to try again when it was refused
+    only for passing an ``over: approve`` budget's limit and a person granted exactly this
+    call (presented, or found: ``Control._approval_for``); otherwise the refusal is
+    recorded and raised, a person's denial of this call is recorded ``denied``, or a request
+    showing the budget's state is made and ``ApprovalRequired`` raised. Nothing was
+    consumed or reserved by the refused start (its transaction rolled back)."""
+    if not needs_a_person(exc, request):
+        control._refuse_start(call, exc)
+    approved = control._approval_for(call, entry, spec)
+    return approved_start(request, approved, call.verdict.policy_hash)

@@ -61,7 +61,7 @@ from ctrlrun.kernel.text import check_label
 from ctrlrun.runtime.answering import tampered_event
 from ctrlrun.runtime.approvals import Approvals
 from ctrlrun.runtime.assess import Assessment, assess
-from ctrlrun.runtime.budget import DENIED_AT_START, budget_charge
+from ctrlrun.runtime.budget import DENIED_AT_START, budget_charge, past_limit, request_charge
 from ctrlrun.runtime.call import (
     CallSpec,
     InFlight,
@@ -386,7 +386,7 @@ class Control:
                 approver_reason=why,
             )
             self._refuse(call, denied, ReceiptResult.DENIED, denied_event(call, denied))
-        self._request_approval(call, call.approval)
+        raise approval_required(call, self._ask(call, call.approval))
 
     def _refuse_before_asking(self, call: InFlight, spec: CallSpec) -> None:
         """Nobody is asked about a key that committed, is in progress or is AMBIGUOUS: the
@@ -425,9 +425,6 @@ class Control:
         call = InFlight(action, verdict, None, self._clock(), pre, policy, rules)
         return self._ask(call, call.approval)
 
-    def _request_approval(self, call: InFlight, rules: ApprovalRules) -> NoReturn:
-        raise approval_required(call, self._ask(call, rules))
-
     def _ask(self, call: InFlight, rules: ApprovalRules) -> ApprovalRecord:
         action = call.action.to_dict()
         draft = ApprovalRequestDraft(
@@ -440,6 +437,7 @@ class Control:
             excluded=requesters(action) if rules.distinct_from_requester else (),
             notify=call.policy.notify,
             summary=summarize(call.action),
+            budget=request_charge(call.action, call.policy.entry(call.action.name)),
         )
         record = self.store.put_approval_request(draft, call.pre)
         if record.approval_id == draft.approval_id:  # a new request, not the pending one
@@ -473,7 +471,9 @@ class Control:
             events=call.pre,
             action_name=call.action.name,
             effect_template=template_source(call, entry, spec),
-            budget=budget_charge(call.action, entry, lambda e: self._refuse_start(call, e)),
+            budget=budget_charge(
+                call.action, entry, lambda e: self._refuse_start(call, e), approval_id
+            ),
         )
         try:
             return self.store.start_action(request)
@@ -486,8 +486,8 @@ class Control:
                 request = replace(request, events=call.pre)
             if not reconciled.retry:
                 self._refuse_start(call, exc)
-        except Refused as exc:
-            self._refuse_start(call, exc)
+        except Refused as exc:  # past an over: approve budget's limit, a person decides
+            request = past_limit(self, call, entry, spec, request, exc)
         try:
             return self.store.start_action(request)
         except Refused as exc:

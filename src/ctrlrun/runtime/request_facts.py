@@ -11,16 +11,21 @@ decided under (a rule index read against another policy could name another rule)
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from ctrlrun._time import display_instant
 from ctrlrun.errors import CtrlrunError
 from ctrlrun.kernel.approval import ApprovalRecord, ApprovalStatus
 from ctrlrun.kernel.argument_display import shown_arguments
+from ctrlrun.kernel.budget import BudgetState
+from ctrlrun.kernel.budget_facts import ShownBudget, shown_budget
 from ctrlrun.kernel.effect import EffectRecord, idempotency_token_for
-from ctrlrun.kernel.event import EventType
+from ctrlrun.kernel.event import Event, EventType
 from ctrlrun.kernel.policy import ActionPolicy, Policy
 from ctrlrun.kernel.policy_model import describe_rule
+from ctrlrun.store import peek_budget
 from ctrlrun.store.protocol import StateStore
 
 _RULE: Final = re.compile(r"rule\[(\d+)\]")
@@ -40,9 +45,12 @@ class RequestFacts:
     environment: str | None = None
     still_needed: int = 0
     shown: dict[str, str] = field(default_factory=dict)
+    budget: ShownBudget = field(default_factory=ShownBudget)
+    budget_now: BudgetState | None = None
 
     def document(self) -> dict[str, Any]:
         """The ``--json`` fields (stable names)."""
+        facts = self.budget.facts
         return {
             "rule": self.rule,
             "rule_text": self.rule_text,
@@ -51,7 +59,20 @@ class RequestFacts:
             "environment": self.environment,
             "approvals_needed": self.still_needed,
             "arguments_shown": self.shown,
+            "budget": None if facts is None else facts.to_dict(),
+            "budget_text": self.budget.line(),
+            "budget_now": None if self.budget_now is None else self.budget_now.to_dict(),
         }
+
+    def budget_now_text(self) -> str | None:
+        """What the budget's current window holds now, beside what the request recorded."""
+        now = self.budget_now
+        if now is None:
+            return None
+        return (
+            f"now: spent {now.spent_before} of {now.limit} in the window from"
+            f" {display_instant(now.window_start)}"
+        )
 
 
 def request_facts(
@@ -61,7 +82,8 @@ def request_facts(
     action = record.action
     name = str(action.get("name", ""))
     action_id = str(action.get("action_id", ""))
-    decided = [e for e in store.events(action_id) if e.type is EventType.POLICY_EVALUATED]
+    events = store.events(action_id)
+    decided = [e for e in events if e.type is EventType.POLICY_EVALUATED]
     rule = str(decided[0].data.get("reason")) if decided else None
     entry = policy.entry(name) if policy is not None else None
     key = decided[0].effect_key if decided else None
@@ -76,6 +98,7 @@ def request_facts(
         else {}
     )
     live = record.status is ApprovalStatus.PENDING
+    budget = _budget(events, record, entry if same else None)
     return RequestFacts(
         rule=rule,
         rule_text=_rule_text(entry, rule) if same and entry is not None else None,
@@ -84,7 +107,35 @@ def request_facts(
         environment=None if action.get("environment") is None else str(action["environment"]),
         still_needed=max(record.required - granted, 0) if live else 0,
         shown=shown,
+        budget=budget,
+        budget_now=_budget_now(store, budget, entry if same and live else None),
     )
+
+
+def _budget(
+    events: Sequence[Event], record: ApprovalRecord, entry: ActionPolicy | None
+) -> ShownBudget:
+    """The budget ``record``'s ``APPROVAL_REQUESTED`` event recorded, checked against its
+    action and, when the policy at hand is the request's, against that policy's budget."""
+    data = next(
+        (
+            e.data.get("budget")
+            for e in events
+            if e.type is EventType.APPROVAL_REQUESTED and e.approval_id == record.approval_id
+        ),
+        None,
+    )
+    return shown_budget(data, record.action, entry.budget if entry is not None else None)
+
+
+def _budget_now(
+    store: StateStore, shown: ShownBudget, entry: ActionPolicy | None
+) -> BudgetState | None:
+    """The budget's current window as the store holds it now, for a pending request whose
+    checked facts name the budget of the policy at hand (a read; nothing is consumed)."""
+    if shown.facts is None or entry is None or entry.budget is None:
+        return None
+    return peek_budget(store, entry.budget, shown.facts.budget_id, shown.facts.amount)
 
 
 def _rendered_key(entry: ActionPolicy, action: dict[str, Any]) -> str | None:

@@ -20,12 +20,14 @@ from ctrlrun.kernel.approval import (
     plan_quorum,
     plan_waiting,
 )
+from ctrlrun.kernel.budget_facts import BudgetFacts
 from ctrlrun.kernel.event import EventDraft, EventType
 from ctrlrun.kernel.notify import NotifyKind, notices
 from ctrlrun.kernel.notify_body import approval_event
 from ctrlrun.kernel.signing import plan_signed
 from ctrlrun.store.codec import approval_from_row
 from ctrlrun.store.ops import KeptRefusal, Txn
+from ctrlrun.store.ops.budgets import peek_in_txn
 from ctrlrun.store.ops.evidence import append_events_in_txn
 from ctrlrun.store.ops.notices import enqueue_notices_in_txn
 
@@ -47,7 +49,8 @@ def put_approval_request_in_txn(txn: Txn, draft: ApprovalRequestDraft) -> Approv
     is one (with an ``APPROVAL_REUSED`` event for the asking action), else a new PENDING
     request stamped with the transaction's clock and its ``APPROVAL_REQUESTED`` event.
     Requests for one action are serialised (``approval_lock``), so no two identical calls
-    both make one."""
+    both make one. A budgeted action's request records the budget's state as this
+    transaction reads it (``budget`` on the event and the notification: ``BudgetFacts``)."""
     txn.one("approval_lock", {"action_hash": draft.action_hash})
     now = txn.now
     waiting = plan_waiting(find_approvals_in_txn(txn, draft.action_hash, draft.policy_hash), now)
@@ -74,27 +77,42 @@ def put_approval_request_in_txn(txn: Txn, draft: ApprovalRequestDraft) -> Approv
             "excluded_json": json.dumps(list(draft.excluded)),
         },
     )
-    append_events_in_txn(
-        txn,
-        [
-            EventDraft(
-                EventType.APPROVAL_REQUESTED,
-                draft.action.get("action_id"),
-                approval_id=draft.approval_id,
-                data={
-                    "action_hash": draft.action_hash,
-                    "expires_at": encode_instant(now + draft.ttl),
-                },
-            )
-        ],
+    data: dict[str, object] = {
+        "action_hash": draft.action_hash,
+        "expires_at": encode_instant(now + draft.ttl),
+    }
+    budget = _budget_in_txn(txn, draft)
+    if budget is not None:
+        data["budget"] = budget
+    requested = EventDraft(
+        EventType.APPROVAL_REQUESTED,
+        draft.action.get("action_id"),
+        approval_id=draft.approval_id,
+        data=data,
     )
+    append_events_in_txn(txn, [requested])
     record = get_approval_in_txn(txn, draft.approval_id)
     assert record is not None
-    _notify_in_txn(txn, draft, record)
+    _notify_in_txn(txn, draft, record, budget)
     return record
 
 
-def _notify_in_txn(txn: Txn, draft: ApprovalRequestDraft, record: ApprovalRecord) -> None:
+def _budget_in_txn(txn: Txn, draft: ApprovalRequestDraft) -> dict[str, object] | None:
+    """The stored form of the budget's state as this transaction reads it (None: the
+    action is not budgeted)."""
+    charge = draft.budget
+    if charge is None:
+        return None
+    state = peek_in_txn(txn, charge.budget, charge.budget_id, charge.amount)
+    return BudgetFacts.of(charge, state).to_dict()
+
+
+def _notify_in_txn(
+    txn: Txn,
+    draft: ApprovalRequestDraft,
+    record: ApprovalRecord,
+    budget: dict[str, object] | None,
+) -> None:
     """One outbox message per target told of approvals, in the request's own transaction
     (deduped per request and target). The message names the target, nothing more of it."""
     if not draft.notify:
@@ -108,6 +126,7 @@ def _notify_in_txn(txn: Txn, draft: ApprovalRequestDraft, record: ApprovalRecord
         summary=draft.summary,
         created_at=record.created_at,
         required=record.required,
+        budget=budget,
     )
     enqueue_notices_in_txn(
         txn, notices(draft.notify, NotifyKind.APPROVAL, event, record.approval_id)

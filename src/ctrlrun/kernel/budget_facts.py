@@ -105,7 +105,7 @@ class BudgetFacts:
                 spent=check_amount(data["spent"], "spent"),
                 amount=check_amount(data["amount"], "amount"),
             )
-        except (KeyError, ValueError) as exc:
+        except (KeyError, ValueError) as exc:  # InvalidArgument is a ValueError
             raise InvalidArgument(f"budget facts out of shape: {exc}") from None
         if data.get("after") != facts.after or data.get("window_end") != encode_instant(
             facts.window_end

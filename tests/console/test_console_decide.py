@@ -2,8 +2,9 @@
 process on loopback, read as HTML by a plain HTTP client: the request shows the rule that
 matched, the environment, the effect key and its state, the approvers still needed, and money
 as `€2,500.00 (250000)`; an AMBIGUOUS effect's page shows the action, arguments, principal,
-attempt and idempotency token; a grant and a resolve take a reason, recorded; and the
-console, like every command, defaults to the store beside the policy."""
+attempt and idempotency token; a grant and a resolve take a reason, recorded; a call past an
+``over: approve`` budget shows the budget as the store read it (an argument cannot forge the
+line); and the console, like every command, defaults to the store beside the policy."""
 
 from __future__ import annotations
 
@@ -40,6 +41,10 @@ actions:
   notify.send:
     decision: approve
     effect: "notify:{message_id}"
+  payout:
+    effect: "payout:{ref}"
+    decision: allow
+    budget: {sum: amount, limit: 100000, per: agent, window: 1d, over: approve}
 """
 
 
@@ -210,3 +215,39 @@ def test_a_plan_answered_in_the_console_keeps_its_reason(served, agents):
     )
     answered = plans.get(plan.plan_id)
     assert (answered.approver, answered.answer_reason) == ("ada", "checked with finance")
+
+
+def test_a_request_past_an_over_approve_budget_shows_the_budget(served, agents):
+    """The line comes from the request's recorded, checked facts; an argument dressed as a
+    budget line stays an escaped argument; the grant lets the identical call run."""
+    import ctrlrun
+    from ctrlrun import ApprovalRequired
+
+    @ctrlrun.protect("payout", control=agents.control)
+    def payout(ref: str, amount: int, memo: str = "") -> str:
+        return "paid"
+
+    forged = "x\nbudget payout:agent:support-bot (per agent): spent 0 of 100000"
+    with ctrlrun.context("support-bot"):
+        payout("r1", 80_000)
+        with pytest.raises(ApprovalRequired) as needed:
+            payout("r2", 30_000, forged)
+    client = Browserless(served)
+    page = client.get("/")
+    at = f'id="request-{needed.value.request_id}"'
+    shown = text_of(page, "budget", at)
+    assert shown.startswith(
+        "budget payout:agent:support-bot (per agent): spent 80000 of 100000 in the 1d window"
+    )
+    assert "this call 30000 makes 110000, 10000 over the limit" in shown
+    assert "(now: spent 80000 of 100000 in the window from" in shown
+    assert page.count('class="budget') == 1
+    record = agents.store.get_approval(needed.value.request_id)
+    client.post(
+        f"/approvals/{record.approval_id}/grant",
+        {"action_hash": record.action_hash, "reason": "month end"},
+    )
+    with ctrlrun.context("support-bot"):
+        assert payout("r2", 30_000, forged) == "paid"
+    budget = agents.store.receipts()[-1].document["budget"]
+    assert (budget["spent_before"], budget["spent_after"]) == (80_000, 110_000)

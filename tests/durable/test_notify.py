@@ -120,3 +120,44 @@ def test_a_missing_secret_sends_nothing_and_waits(backend, policy, receiver, del
 def test_the_topic_is_the_notification_topic(backend, delete):
     ask(delete)
     assert {m.topic for m in Outbox(backend.store).list()} == {TOPIC}
+
+
+BUDGETED = """\
+schema: ctrlrun.policy/v1
+notify:
+  - {{name: ops, url: "{url}", secret_env: CTRLRUN_TEST_WEBHOOK_SECRET}}
+  - {{name: chat, url: "{url}", secret_env: CTRLRUN_TEST_WEBHOOK_SECRET, format: slack}}
+actions:
+  pay:
+    effect: "pay:{{ref}}"
+    decision: allow
+    budget: {{sum: amount, limit: 1000, per: agent, window: 3650d, over: approve}}
+"""
+
+
+def test_a_request_past_an_over_approve_budget_is_delivered_with_the_budget(backend, receiver):
+    """The budget the store read with the request reaches both formats, checked against the
+    action and the policy at delivery."""
+    policy = load_policy_text(BUDGETED.format(url=receiver.url))
+    control = Control(policy, backend.store, clock=backend.clock)
+
+    @ctrlrun.protect("pay", control=control)
+    def pay(ref: str, amount: int) -> str:
+        return "paid"
+
+    with ctrlrun.context("bot"):
+        pay("r1", 900)
+        with pytest.raises(ApprovalRequired):
+            pay("r2", 200)
+    deliveries = notification_dispatcher(backend.store, targets=policy).run_once()
+    assert {d.status for d in deliveries} == {MessageStatus.SENT}
+    standard, slack = sorted(receiver.received, key=lambda r: "text" in r.body)
+    data = standard.body["data"]
+    assert (data["budget"]["spent"], data["budget"]["limit"], data["budget"]["amount"]) == (
+        900,
+        1000,
+        200,
+    )
+    assert data["budget_text"].startswith("budget pay:agent:bot (per agent): spent 900 of 1000")
+    [line] = [x for x in slack.body["text"].split("\n") if x.startswith("Budget: ")]
+    assert "this call 200 makes 1100, 100 over the limit" in line

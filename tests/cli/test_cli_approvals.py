@@ -122,7 +122,11 @@ def test_json_is_one_document_per_line_with_stable_fields(scene):
         "environment",
         "approvals_needed",
         "arguments_shown",
+        "budget",
+        "budget_text",
+        "budget_now",
     }
+    assert documents[0]["budget"] is None  # an unbudgeted action's request
     assert documents[0]["approver"] == "cli:local"
     assert documents[1]["action"]["arguments"] == {"amount": 300_000, "payment_id": "pay_4"}
     pending = run("approvals", "--pending", "--json").stdout.splitlines()

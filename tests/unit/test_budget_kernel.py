@@ -211,12 +211,18 @@ class TestObservation:
 
         now = datetime(2026, 3, 5, tzinfo=UTC)
 
-        def seen(verdict: BudgetVerdict, decision: Decision = Decision.ALLOW) -> object:
+        def seen(
+            verdict: BudgetVerdict, decision: Decision = Decision.ALLOW, approved: bool = False
+        ) -> object:
             return plan_observation(
-                decision, "rule[0]", None, None, approved=False, now=now, budget=(verdict, "s")
+                decision, "rule[0]", None, None, approved=approved, now=now, budget=(verdict, "s")
             ).would_have
 
         assert seen(BudgetVerdict.DENY) is WouldHave.OVER_BUDGET
         assert seen(BudgetVerdict.APPROVE) is WouldHave.APPROVAL_REQUIRED
+        # a grant for exactly this call: enforcement charges it past an over: approve limit
+        assert seen(BudgetVerdict.APPROVE, approved=True) is None
+        assert seen(BudgetVerdict.APPROVE, Decision.APPROVE, approved=True) is None
+        assert seen(BudgetVerdict.DENY, Decision.APPROVE, approved=True) is WouldHave.OVER_BUDGET
         assert seen(BudgetVerdict.FITS) is None
         assert seen(BudgetVerdict.DENY, Decision.APPROVE) is WouldHave.APPROVAL_REQUIRED

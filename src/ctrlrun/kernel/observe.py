@@ -62,7 +62,8 @@ def plan_observation(
     ``effect_key_error``); ``record`` the key's record now; ``approved``: a usable grant
     exists for exactly this call; ``budget`` what the budget, read without consuming, says
     and the state it found (None: unbudgeted). Past the limit is ``over_budget`` (``over:
-    deny``) or ``approval_required`` (``over: approve``), after the checks enforcement
+    deny``) or ``approval_required`` (``over: approve``, unless a grant for exactly this call
+    exists: enforcement would then charge it past the limit), after the checks enforcement
     makes first."""
     if decision is Decision.DENY:
         return Observation(WouldHave.DENIED, f"denied ({rule})", effect_key)
@@ -80,7 +81,7 @@ def plan_observation(
         return Observation(WouldHave.APPROVAL_REQUIRED, f"needs a person ({rule})", effect_key)
     if budget is not None and budget[0] is BudgetVerdict.DENY:
         return Observation(WouldHave.OVER_BUDGET, f"over budget: {budget[1]}", effect_key)
-    if budget is not None and budget[0] is BudgetVerdict.APPROVE:
+    if budget is not None and budget[0] is BudgetVerdict.APPROVE and not approved:
         why = f"needs a person: over budget: {budget[1]}"
         return Observation(WouldHave.APPROVAL_REQUIRED, why, effect_key)
     return Observation(None, f"would have run ({rule})", effect_key)

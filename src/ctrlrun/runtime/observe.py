@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from ctrlrun.errors import EffectKeyError, InvalidArgument
 from ctrlrun.kernel.action import Action
 from ctrlrun.kernel.approval import plan_reuse
+from ctrlrun.kernel.budget import BudgetVerdict
 from ctrlrun.kernel.observe import plan_observation
 from ctrlrun.kernel.policy import Decision, Policy
 from ctrlrun.kernel.text import check_label
@@ -40,13 +41,13 @@ def begin_observed(
     if key_error:
         decision, rule = Decision.DENY, "effect_key_error"
     record = control.store.get_effect(key) if key is not None else None
-    approved = False
-    if decision is Decision.APPROVE:
-        found = control.store.find_approvals(action.action_hash, policy.policy_hash)
-        approved = plan_reuse(found, now=control.now()).granted is not None
     budget = None
     if decision is not Decision.DENY:
         decision, rule, budget = observed_budget(control.store, action, policy, decision, rule)
+    approved = False  # a grant for exactly this call: a rule's approve, or past the limit
+    if decision is Decision.APPROVE or (budget is not None and budget[0] is BudgetVerdict.APPROVE):
+        found = control.store.find_approvals(action.action_hash, policy.policy_hash)
+        approved = plan_reuse(found, now=control.now()).granted is not None
     observation = plan_observation(
         decision, rule, key, record, approved=approved, now=control.now(), budget=budget
     )

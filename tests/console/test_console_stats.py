@@ -9,7 +9,7 @@ import json
 import ctrlrun
 from ctrlrun.kernel.effect import EffectState
 from support.cli import run
-from support.console import screenshot
+from support.console import CONSOLE_POLICY, Agents, screenshot
 
 HOSTILE_AGENT = "\u202eevil\u202c<b>bot</b>"
 
@@ -63,3 +63,33 @@ def test_hostile_names_render_inert(page, agents):
     text = page.inner_text("#calls")
     assert "<b>" in text and "\\u202e" in text  # shown as text, the override escaped
     assert page.locator("#calls b").count() == 0
+
+
+def test_the_stats_page_shows_what_each_budget_window_holds(page, agents, tmp_path):
+    policy = CONSOLE_POLICY.replace(
+        "  stripe.refund:\n",
+        "  stripe.refund:\n    budget: {sum: amount, limit: 12000, per: agent, window: 24h}\n",
+    )
+    budgeted = Agents(tmp_path, policy)  # the same store file, under a budgeted policy
+    try:
+        assert budgeted.refund("pay_b1", 5_000) == {"refund": "re_1"}
+        assert budgeted.refund("pay_b2", 5_000) == {"refund": "re_2"}
+        refused = budgeted.refund("pay_b3", 5_000)
+        assert isinstance(refused, ctrlrun.ActionDenied) and refused.reason == "over_budget"
+    finally:
+        budgeted.store.close()
+
+    page.goto("/stats")
+    assert page.locator("#budgets svg").get_attribute("aria-label") == "Spent per budget window"
+    cells = page.locator("table.budgets tbody tr").first.inner_text().split("\t")
+    assert cells[0] == "stripe.refund:agent:support-bot" and cells[2] == "10000"
+    assert cells[1].endswith("T00:00:00Z")  # a 24h window begins at midnight UTC
+    cli = run("stats", "--json", "--store-url", f"sqlite://{agents.path}", "--since", "7d")
+    assert [b["spent"] for b in json.loads(cli.stdout)["budgets"]] == [10000]
+
+
+def test_the_stats_page_says_when_no_budget_was_spent(page, agents):
+    agents.refund("pay_1", 5_000)
+    page.goto("/stats")
+    assert page.locator("#budgets").count() == 0
+    assert "No budget spent in this window." in page.inner_text("main")

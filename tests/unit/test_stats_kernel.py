@@ -6,9 +6,11 @@ from datetime import UTC, datetime, timedelta
 
 from ctrlrun.kernel.stats import (
     ApprovalRow,
+    BudgetUse,
     Dimension,
     Durations,
     ResolvedRow,
+    budget_use,
     fold_receipts,
     percentile,
     plan_report,
@@ -118,3 +120,26 @@ def test_the_report_groups_orders_and_summarises():
     }  # fmt: skip
     by_rule = plan_report(Dimension.RULE, counts.items(), [], [], open_now=0, now=now)
     assert sorted(g.name for g in by_rule.groups) == ["decision", "rule[0]", "rule[2]"]
+
+
+def test_budget_use_covers_the_windows_a_report_spans():
+    day = timedelta(days=1)
+    d0 = datetime(2026, 12, 1, tzinfo=UTC)
+    rows = [
+        ("b", d0, 10),  # ended before the window the report starts in
+        ("b", d0 + day, 20),  # the window `since` falls in
+        ("b", d0 + 2 * day, 30),
+        ("a", d0, 5),  # a's latest window before `since`: shown, it is the one in progress
+    ]
+    since = d0 + day + timedelta(hours=6)
+    assert budget_use(rows, since) == [
+        BudgetUse("a", d0, 5),
+        BudgetUse("b", d0 + day, 20),
+        BudgetUse("b", d0 + 2 * day, 30),
+    ]
+    assert budget_use(rows, None) == sorted(BudgetUse(*r) for r in rows)
+    assert budget_use(rows, d0 + 3 * day) == [
+        BudgetUse("a", d0, 5),
+        BudgetUse("b", d0 + 2 * day, 30),
+    ]
+    assert budget_use([], since) == []

@@ -9,12 +9,13 @@ approval the action requested, presented or spent.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 import click
 
-from ctrlrun._time import utc_now
+from ctrlrun._time import decode_instant, display_instant, utc_now
 from ctrlrun.cli.approvals import (
     answers_given,
     answers_line,
@@ -239,10 +240,13 @@ def _receipt_lines(found: Inspection) -> list[tuple[str, str]]:
 
 def _budget_line(budget: dict[str, Any]) -> str:
     """The charge a receipt recorded (the store's before/after, never the agent's text)."""
+    start = budget.get("window_start")
+    with suppress(ValueError):  # else shown as stored: the chain verifier judges the document
+        start = display_instant(decode_instant(str(start)))
     return (
         f"{budget.get('budget_id')}: spent {budget.get('spent_before')} ->"
         f" {budget.get('spent_after')} of {budget.get('limit')} ({budget.get('window')} window"
-        f" from {budget.get('window_start')})"
+        f" from {start})"
     )
 
 

@@ -15,10 +15,10 @@ from datetime import UTC, datetime
 
 import click
 
-from ctrlrun._time import iso_text
+from ctrlrun._time import display_instant, encode_instant
 from ctrlrun.cli.common import existing_store, json_line, say, store_url_option, table
 from ctrlrun.cli.window import parse_since, since_option
-from ctrlrun.kernel.stats import Dimension, Durations, StatsReport, plan_report
+from ctrlrun.kernel.stats import Dimension, Durations, StatsReport, budget_use, plan_report
 from ctrlrun.store.budgets import budget_spend
 from ctrlrun.store.stats import gather_stats, refresh_stats
 
@@ -51,10 +51,7 @@ def stats(
         if not no_refresh:
             refresh_stats(store)
         window = gather_stats(store, start, Dimension(by))
-        budgets = [
-            {"budget_id": b, "window_start": iso_text(w), "spent": n}
-            for b, w, n in budget_spend(store)
-        ]
+        budgets = budget_use(budget_spend(store), start)
     report = plan_report(
         Dimension(by),
         window.counts,
@@ -64,14 +61,19 @@ def stats(
         now=now,
     )
     if as_json:
-        json_line({**report.to_dict(), "budgets": budgets})
+        json_line(
+            {
+                **report.to_dict(),
+                "budgets": [
+                    {"budget_id": b, "window_start": encode_instant(w), "spent": n}
+                    for b, w, n in budgets
+                ],
+            }
+        )
         return
     _print(report)
-    for budget in budgets:  # spend per budget and window, from the store's rows
-        say(
-            f"budget       {budget['budget_id']}: {budget['spent']} spent in the window"
-            f" from {budget['window_start']}"
-        )
+    for b, w, n in budgets:  # spend per budget and window, from the store's rows
+        say(f"budget       {b}: {n} spent in the window from {display_instant(w)}")
 
 
 def _print(report: StatsReport) -> None:

@@ -1,8 +1,9 @@
 """The stats page: ``ctrlrun stats`` for a window, as small server-rendered SVG charts.
 
 The figures are the CLI's (``store.stats``, ``kernel.stats``); this module only lays them out:
-one stacked bar per group (calls by result), bars for approval requests by status and for
-AMBIGUOUS effects. Every label is escaped by the template; no script draws anything.
+one stacked bar per group (calls by result), bars for approval requests by status, for
+AMBIGUOUS effects and for what each budget window holds. Every label is escaped by the
+template; no script draws anything.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from ctrlrun._time import display_instant
 from ctrlrun.console.render import page
-from ctrlrun.kernel.stats import Dimension, StatsReport, plan_report
+from ctrlrun.kernel.stats import BudgetUse, Dimension, StatsReport, budget_use, plan_report
+from ctrlrun.store.budgets import budget_spend
 from ctrlrun.store.stats import gather_stats, refresh_stats
 
 RESULTS: Final = ("committed", "failed", "ambiguous", "denied", "blocked", "observed")
@@ -67,6 +70,13 @@ def singles(counts: Mapping[str, int]) -> list[Bar]:
     return stacked([(name, {name: n}) for name, n in counts.items()], tuple(counts))
 
 
+def budget_rows(use: list[BudgetUse]) -> dict[str, Any]:
+    """Spend per budget window: a bar each (one scale) and the rows of the table under it."""
+    bars = stacked([(u.budget_id, {"spent": u.spent}) for u in use], ("spent",))
+    rows = [(u.budget_id, display_instant(u.window_start), u.spent) for u in use]
+    return {"budget_bars": bars, "budget_rows": rows}
+
+
 def charts(report: StatsReport) -> dict[str, Any]:
     """What the template draws."""
     calls = stacked([(g.name or "-", g.results) for g in report.groups], RESULTS)
@@ -94,7 +104,9 @@ def routes(store: Any) -> list[Route]:
         dimension = Dimension(by) if by in set(Dimension) else Dimension.ACTION
         now = datetime.now(UTC)
         await run_in_threadpool(refresh_stats, store)
-        found = await run_in_threadpool(gather_stats, store, now - WINDOWS[window], dimension)
+        since = now - WINDOWS[window]
+        found = await run_in_threadpool(gather_stats, store, since, dimension)
+        spend = await run_in_threadpool(budget_spend, store)
         report = plan_report(
             dimension, found.counts, found.approvals, found.resolved,
             open_now=found.open_now, now=now,
@@ -102,7 +114,7 @@ def routes(store: Any) -> list[Route]:
         return page(
             request, "stats.html", report=report, window=window, windows=tuple(WINDOWS),
             by=str(dimension), dimensions=[str(d) for d in Dimension], width=WIDTH,
-            **charts(report),
+            **charts(report), **budget_rows(budget_use(spend, since)),
         )  # fmt: skip
 
     return [Route("/stats", stats)]

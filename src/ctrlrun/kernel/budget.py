@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, Final, TypeVar
 
+from ctrlrun._time import display_instant
 from ctrlrun.errors import ActionDenied, DenyReason, InvalidArgument
 from ctrlrun.kernel.approval_rules import parse_duration, render_duration
 
@@ -186,7 +187,7 @@ class BudgetState:
         """One line for a person: ``spent 400 of 500 in the 1d window from …; this call 200``."""
         return (
             f"budget {self.budget_id}: spent {self.spent_before} of {self.limit} in the "
-            f"{render_duration(self.window)} window from {self.window_start.isoformat()};"
+            f"{render_duration(self.window)} window from {display_instant(self.window_start)};"
             f" this call {self.amount} (after: {self.spent_after})"
         )
 

@@ -293,3 +293,29 @@ def _answers(approvals: Iterable[ApprovalRow], now: datetime) -> tuple[dict[str,
         if request.answered_at is not None and request.status in _ANSWERED:
             waits.append((request.answered_at - request.created_at).total_seconds())
     return dict(statuses), Durations.of(waits)
+
+
+class BudgetUse(NamedTuple):
+    """What one budget window holds, from the store's row (``budget_spend``)."""
+
+    budget_id: str
+    window_start: datetime
+    spent: int
+
+
+def budget_use(
+    rows: Iterable[tuple[str, datetime, int]], since: datetime | None
+) -> list[BudgetUse]:
+    """The windows a report from ``since`` covers (every window without it): those that began
+    at or after ``since``, and per budget the latest that began before it (the one ``since``
+    fell in: windows tumble, so an older one ended before a later one began)."""
+    use = [BudgetUse(*row) for row in rows]
+    if since is None:
+        return sorted(use)
+    current: dict[str, BudgetUse] = {}
+    for row in use:
+        if row.window_start < since:
+            held = current.get(row.budget_id)
+            if held is None or row.window_start > held.window_start:
+                current[row.budget_id] = row
+    return sorted([r for r in use if r.window_start >= since] + list(current.values()))

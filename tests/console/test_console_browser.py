@@ -9,7 +9,7 @@ import re
 import ctrlrun
 from ctrlrun.kernel.effect import EffectState
 from support.cli import tamper
-from support.console import PASSWORD, screenshot, sign_in
+from support.console import CONSOLE_POLICY, PASSWORD, Agents, screenshot, sign_in
 
 HOSTILE = "\u202eevil\u202c<script>window.__pwned=1</script>\nFORGED line\x1b[31m\x07"
 
@@ -120,3 +120,30 @@ def test_hostile_strings_render_inert(page, agents, tmp_path):
     assert page.locator(f"#request-{needed.request_id}").count() == 0
     assert "pwned" not in page.content() and page.evaluate("window.__pwned") is None
     screenshot(page, "tampered", tmp_path)
+
+
+def test_a_request_past_an_over_approve_budget_shows_the_budget_and_a_grant_runs_it(
+    page, agents, tmp_path
+):
+    policy = CONSOLE_POLICY.replace(
+        "  stripe.refund:\n",
+        "  stripe.refund:\n"
+        "    budget: {sum: amount, limit: 12000, per: agent, window: 24h, over: approve}\n",
+    )
+    budgeted = Agents(tmp_path, policy)  # the store the console serves, a budgeted policy
+    try:
+        assert budgeted.refund("pay_b1", 10_000) == {"refund": "re_1"}
+        needed = budgeted.refund("pay_b2", 5_000)
+        assert isinstance(needed, ctrlrun.ApprovalRequired)
+        page.goto("/")
+        request = page.locator(f"#request-{needed.request_id}")
+        request.wait_for()
+        shown = request.locator(".budget").inner_text()
+        assert "spent 10000 of 12000" in shown and "this call 5000 makes 15000" in shown
+        request.locator("form.grant button").click()
+        assert f"granted {needed.request_id}" in page.inner_text(".done")
+        assert budgeted.refund("pay_b2", 5_000, approval=needed.request_id) == {"refund": "re_2"}
+        charged = budgeted.receipts_for("refund:pay_b2")[-1]["budget"]
+        assert (charged["spent_before"], charged["spent_after"]) == (10_000, 15_000)
+    finally:
+        budgeted.store.close()

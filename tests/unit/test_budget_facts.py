@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from ctrlrun.kernel.action import Action, Principal
+from ctrlrun.kernel.argument_display import Money
 from ctrlrun.kernel.budget import Budget, BudgetCharge, BudgetState
 from ctrlrun.kernel.budget_facts import BudgetFacts, shown_budget
 from ctrlrun.kernel.notify import BodyFormat
@@ -119,3 +120,20 @@ def test_a_body_without_a_budget_has_no_budget_fields():
     body = render(event_for(action(), None), BodyFormat.STANDARD)
     assert "budget" not in body["data"] and "budget_text" not in body["data"]
     assert "Budget:" not in render(event_for(action(), None), BodyFormat.SLACK)["text"]
+
+
+def test_amounts_read_as_money_when_the_action_displays_its_sum_so():
+    call = action()
+    euros = {"amount": Money("EUR", 2)}
+    shown = shown_budget(facts_for(call).to_dict(), call.to_dict(), BUDGET, euros)
+    assert shown.line() == (
+        "budget pay:agent:bot (per agent): spent €6.00 (600) of €10.00 (1000) in the 1d window"
+        " 2026-12-05T00:00:00Z to 2026-12-06T00:00:00Z; this call €5.00 (500) makes"
+        " €11.00 (1100), €1.00 (100) over the limit"
+    )
+    others = {"note": Money("EUR", 2)}  # a display of another argument changes nothing
+    plain = shown_budget(facts_for(call).to_dict(), call.to_dict(), BUDGET, others)
+    assert plain.line() == facts_for(call).describe()
+    event = event_for(call, facts_for(call).to_dict())
+    body = render(event, BodyFormat.STANDARD, displays=euros, budget=BUDGET)
+    assert "spent €6.00 (600) of €10.00 (1000)" in body["data"]["budget_text"]

@@ -25,6 +25,7 @@ from ctrlrun._time import decode_instant, display_instant, encode_instant
 from ctrlrun.display import escape_text
 from ctrlrun.errors import InvalidArgument
 from ctrlrun.kernel.approval_rules import parse_duration, render_duration
+from ctrlrun.kernel.argument_display import Money, format_money
 from ctrlrun.kernel.budget import Budget, BudgetCharge, BudgetScope, BudgetState, check_amount
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
@@ -113,14 +114,19 @@ class BudgetFacts:
             raise InvalidArgument("budget facts do not add up")
         return facts
 
-    def describe(self) -> str:
-        """One line for a person, every part typed but the (escaped) budget id."""
-        over = f", {self.over_by} over the limit" if self.over_by else ", within the limit"
+    def describe(self, money: Money | None = None) -> str:
+        """One line for a person, every part typed but the (escaped) budget id; amounts as
+        ``format_money`` writes them when the action displays its ``sum`` as ``money``."""
+
+        def n(value: int) -> str:
+            return str(value) if money is None else format_money(value, money)
+
+        over = f", {n(self.over_by)} over the limit" if self.over_by else ", within the limit"
         return (
-            f"budget {escape_text(self.budget_id)} (per {self.per.value}): spent {self.spent}"
-            f" of {self.limit} in the {render_duration(self.window)} window"
+            f"budget {escape_text(self.budget_id)} (per {self.per.value}): spent {n(self.spent)}"
+            f" of {n(self.limit)} in the {render_duration(self.window)} window"
             f" {display_instant(self.window_start)} to {display_instant(self.window_end)};"
-            f" this call {self.amount} makes {self.after}{over}"
+            f" this call {n(self.amount)} makes {n(self.after)}{over}"
         )
 
 
@@ -165,19 +171,26 @@ class ShownBudget:
 
     facts: BudgetFacts | None = None
     problem: str | None = None
+    money: Money | None = None  # how the action displays the budget's sum (not evidence)
 
     def line(self) -> str | None:
         """The line to show (None: the request has no budget)."""
         if self.facts is not None:
-            return self.facts.describe()
+            return self.facts.describe(self.money)
         if self.problem is not None:
             return f"budget facts NOT shown: {self.problem}"
         return None
 
 
-def shown_budget(data: object, action: Mapping[str, Any], budget: Budget | None) -> ShownBudget:
+def shown_budget(
+    data: object,
+    action: Mapping[str, Any],
+    budget: Budget | None,
+    displays: Mapping[str, Money] | None = None,
+) -> ShownBudget:
     """The budget a surface shows for a request whose recorded facts are ``data`` (None: the
-    request recorded none), checked (``mismatch``)."""
+    request recorded none), checked (``mismatch``); ``displays`` (the policy's ``display:``
+    for the action) shows its amounts as money, the numbers beside them."""
     if data is None:
         return ShownBudget()
     try:
@@ -185,4 +198,6 @@ def shown_budget(data: object, action: Mapping[str, Any], budget: Budget | None)
     except InvalidArgument as exc:
         return ShownBudget(problem=exc.message)
     problem = mismatch(facts, action, budget)
-    return ShownBudget(problem=problem) if problem is not None else ShownBudget(facts)
+    if problem is not None:
+        return ShownBudget(problem=problem)
+    return ShownBudget(facts, money=(displays or {}).get(facts.sum))

@@ -191,7 +191,7 @@ def render(
     shown = _shown(event["data"], displays)
     action = event["data"].get("action")
     checked = shown_budget(
-        event["data"].get("budget"), action if isinstance(action, dict) else {}, budget
+        event["data"].get("budget"), action if isinstance(action, dict) else {}, budget, displays
     )
     if form is BodyFormat.SLACK:
         return {"text": _slack_text(event, link, shown, checked.line())}

@@ -98,7 +98,7 @@ def request_facts(
         else {}
     )
     live = record.status is ApprovalStatus.PENDING
-    budget = _budget(events, record, entry if same else None)
+    budget = _budget(events, record, entry if same else None, entry)
     return RequestFacts(
         rule=rule,
         rule_text=_rule_text(entry, rule) if same and entry is not None else None,
@@ -113,10 +113,14 @@ def request_facts(
 
 
 def _budget(
-    events: Sequence[Event], record: ApprovalRecord, entry: ActionPolicy | None
+    events: Sequence[Event],
+    record: ApprovalRecord,
+    entry: ActionPolicy | None,
+    shown_as: ActionPolicy | None,
 ) -> ShownBudget:
     """The budget ``record``'s ``APPROVAL_REQUESTED`` event recorded, checked against its
-    action and, when the policy at hand is the request's, against that policy's budget."""
+    action and, when the policy at hand is the request's (``entry``), against that policy's
+    budget; amounts shown as ``shown_as`` displays them (as the arguments are)."""
     data = next(
         (
             e.data.get("budget")
@@ -125,7 +129,12 @@ def _budget(
         ),
         None,
     )
-    return shown_budget(data, record.action, entry.budget if entry is not None else None)
+    return shown_budget(
+        data,
+        record.action,
+        entry.budget if entry is not None else None,
+        shown_as.displays if shown_as is not None else None,
+    )
 
 
 def _budget_now(

@@ -248,6 +248,7 @@ class Pruned:
     receipts: int
     events: int
     checkpoint: Checkpoint
+    budget_rows: int = 0  # windows (and their charges) that ended before the checkpoint
 
 
 def prune(store: StateStore, before: datetime, checkpoints: Sequence[Checkpoint]) -> Pruned:
@@ -261,8 +262,10 @@ def prune(store: StateStore, before: datetime, checkpoints: Sequence[Checkpoint]
     seq ≤ its seq are deleted, and the events of their actions older than it — never an
     event of an action that keeps a receipt, of an open (pending or granted) approval, or of
     an effect not settled; no effect record or approval is touched; and the anchor is set to
-    the checkpoint's ``(seq, hash)`` with its signed statement. The stats rollup is brought up
-    to date first, so ``ctrlrun stats`` still counts what was pruned."""
+    the checkpoint's ``(seq, hash)`` with its signed statement. Budget windows that ended
+    before the checkpoint (a later window of the budget began by then), and their charges,
+    go too: no decision reads them again. The stats rollup is brought up to date first, so
+    ``ctrlrun stats`` still counts what was pruned."""
     report = verify_store(store, checkpoints)
     _refuse_broken(report, "prune")
     candidates = [c for c in checkpoints if c.time < before and c.heads[0].seq > report.anchor.seq]
@@ -292,6 +295,8 @@ def _prune_in_txn(txn: Txn, checkpoint: Checkpoint) -> Pruned:
         )
     events = txn.run("prune_events", {"before": txn.ts(checkpoint.time), "seq": anchor.seq})
     receipts = txn.run("prune_receipts", {"seq": anchor.seq})
+    cutoff = {"before": txn.ts(checkpoint.time)}
+    budget_rows = txn.run("budget_prune_charges", cutoff) + txn.run("budget_prune_windows", cutoff)
     txn.run(
         "anchor_set",
         {
@@ -302,4 +307,4 @@ def _prune_in_txn(txn: Txn, checkpoint: Checkpoint) -> Pruned:
             "anchored_at": txn.ts(txn.now),
         },
     )
-    return Pruned(anchor, receipts, events, checkpoint)
+    return Pruned(anchor, receipts, events, checkpoint, budget_rows)

@@ -11,10 +11,12 @@ import pytest
 from ctrlrun.checkpoints import checkpoint_heads, load_checkpoints, make_checkpoint, prune
 from ctrlrun.errors import ChainRefusal, ChainRefused
 from ctrlrun.kernel.approval import ApprovalRequestDraft, ApprovalStatus
+from ctrlrun.kernel.budget import Budget
 from ctrlrun.kernel.effect import EffectState
 from ctrlrun.kernel.event import EventDraft, EventType
 from ctrlrun.kernel.receipt import ChainHead
 from ctrlrun.kernel.signing import generate
+from ctrlrun.store.budgets import budget_spend, consume_budget
 from support.store_calls import finish, start
 
 OPERATOR_PEM, OPERATOR_KEY = generate()
@@ -144,3 +146,32 @@ def test_checkpoints_go_on_after_a_prune(history, tmp_path, clock):
     assert fresh.heads[0].head == later.heads[0].head  # a new file starts from the head
     report = store.verify_chain(checkpoints=checkpoint_heads(proven(file)))
     assert report.ok and report.checkpointed == later.heads[0].head
+
+
+def test_prune_removes_budget_windows_that_ended_before_the_checkpoint(backend, clock, tmp_path):
+    """Each budget keeps its newest window (a call may still spend in it) and every window a
+    later one followed before the checkpoint goes, with its charges; later windows stay."""
+    store = backend.open(clock)
+    budget = Budget("amount", 1000, window=2 * SECOND)
+    for index in range(3):  # "b" spends in three consecutive windows, at t, t+2 and t+4
+        if index:
+            clock.advance(2 * SECOND)
+        assert consume_budget(store, budget, "b", 10 + index, f"act_b{index}")[0]
+    assert consume_budget(store, budget, "lone", 7, "act_lone")[0]  # one window only
+    clock.advance(SECOND)  # the checkpoint at t+5: b's third window began before it
+    store.record((EventDraft(EventType.ACTION_DENIED, "act_1"),), receipt(1))
+    file = tmp_path / "checkpoints"
+    made = make_checkpoint(store, OPERATOR_PEM, file=file, now=clock())
+    clock.advance(3 * SECOND)  # t+8: a window that began after the checkpoint
+    assert consume_budget(store, budget, "b", 99, "act_b_late")[0]  # after the checkpoint
+    done = prune(store, made.time + SECOND, proven(file))
+    kept = [(b, n) for b, _, n in budget_spend(store)]
+    assert kept == [("b", 12), ("b", 99), ("lone", 7)]
+    assert done.budget_rows == 4  # b's first two windows and their two charges
+    charges = store.read(
+        lambda txn: [
+            txn.one("budget_charge_get", {"action_id": a})
+            for a in ("act_b0", "act_b1", "act_b2", "act_lone", "act_b_late")
+        ]
+    )
+    assert [c is not None for c in charges] == [False, False, True, True, True]

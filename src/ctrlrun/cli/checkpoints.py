@@ -170,6 +170,7 @@ def prune(  # noqa: PLR0917 - click passes one argument per option
                 "anchor": {"seq": done.anchor.seq, "hash": done.anchor.hash},
                 "receipts": done.receipts,
                 "events": done.events,
+                "budget_rows": done.budget_rows,
                 "checkpoint_time": done.checkpoint.time,
             }
         )
@@ -178,3 +179,5 @@ def prune(  # noqa: PLR0917 - click passes one argument per option
         f"pruned {done.receipts} receipt(s) and {done.events} event(s): the chain now starts"
         f" after seq {done.anchor.seq}, the checkpoint of {when(done.checkpoint.time)}"
     )
+    if done.budget_rows:
+        say(f"and {done.budget_rows} row(s) of budget windows that ended before it")

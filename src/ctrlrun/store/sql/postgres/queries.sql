@@ -332,3 +332,22 @@ FROM {schema}.budget_charges WHERE action_id = %(action_id)s;
 -- name: budget_spend_list
 SELECT budget_id, window_start, spent FROM {schema}.budget_spend
 ORDER BY budget_id, window_start;
+
+-- name: budget_prune_charges
+-- `ctrlrun prune` (the owner): charges in windows that ended before the cutoff (a later window
+-- of the same budget began by then; windows tumble). Giving one back could change no decision.
+DELETE FROM {schema}.budget_charges AS c
+WHERE EXISTS (
+    SELECT 1 FROM {schema}.budget_spend AS later
+    WHERE later.budget_id = c.budget_id
+      AND later.window_start > c.window_start AND later.window_start <= %(before)s::timestamptz
+);
+
+-- name: budget_prune_windows
+-- The windows themselves, by the same rule: each budget keeps its newest window.
+DELETE FROM {schema}.budget_spend AS w
+WHERE EXISTS (
+    SELECT 1 FROM {schema}.budget_spend AS later
+    WHERE later.budget_id = w.budget_id
+      AND later.window_start > w.window_start AND later.window_start <= %(before)s::timestamptz
+);

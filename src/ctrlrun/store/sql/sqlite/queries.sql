@@ -202,3 +202,22 @@ FROM budget_charges WHERE action_id = :action_id;
 
 -- name: budget_spend_list
 SELECT budget_id, window_start, spent FROM budget_spend ORDER BY budget_id, window_start;
+
+-- name: budget_prune_charges
+-- `ctrlrun prune`: charges in windows that ended before the cutoff (a later window of the same
+-- budget began by then; windows tumble). Giving one back could no longer change a decision.
+DELETE FROM budget_charges
+WHERE EXISTS (
+    SELECT 1 FROM budget_spend AS later
+    WHERE later.budget_id = budget_charges.budget_id
+      AND later.window_start > budget_charges.window_start AND later.window_start <= :before
+);
+
+-- name: budget_prune_windows
+-- The windows themselves, by the same rule: each budget keeps its newest window.
+DELETE FROM budget_spend
+WHERE EXISTS (
+    SELECT 1 FROM budget_spend AS later
+    WHERE later.budget_id = budget_spend.budget_id
+      AND later.window_start > budget_spend.window_start AND later.window_start <= :before
+);

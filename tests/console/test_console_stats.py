@@ -84,6 +84,7 @@ def test_the_stats_page_shows_what_each_budget_window_holds(page, agents, tmp_pa
     cells = page.locator("table.budgets tbody tr").first.inner_text().split("\t")
     assert cells[0] == "stripe.refund:agent:support-bot" and cells[2] == "10000"
     assert cells[1].endswith("T00:00:00Z")  # a 24h window begins at midnight UTC
+    screenshot(page, "stats-budgets", tmp_path)
     cli = run("stats", "--json", "--store-url", f"sqlite://{agents.path}", "--since", "7d")
     assert [b["spent"] for b in json.loads(cli.stdout)["budgets"]] == [10000]
 

@@ -61,7 +61,7 @@ def run_async(control: ctrlrun.Control, calls: int, start: int) -> tuple[float, 
     """``calls`` protected calls, ``IN_FLIGHT`` at a time; calls/s and the loop's lags (s)."""
 
     @ctrlrun.protect("bench.effect", control=control)
-    async def act(n: int) -> int:
+    async def act(n: str) -> str:  # ``bench:{n}`` takes text (decision 0026)
         await asyncio.sleep(LATENCY)
         return n
 
@@ -76,7 +76,7 @@ def run_async(control: ctrlrun.Control, calls: int, start: int) -> tuple[float, 
 
     async def worker(numbers: Iterator[int]) -> None:
         for n in numbers:
-            await act(n)
+            await act(str(n))
 
     async def main() -> float:
         stop = asyncio.Event()
@@ -98,7 +98,7 @@ def run_threads(control: ctrlrun.Control, calls: int, start: int) -> float:
     """``calls`` protected calls on ``THREADS`` threads; calls/s."""
 
     @ctrlrun.protect("bench.effect", control=control)
-    def act(n: int) -> int:
+    def act(n: str) -> str:
         time.sleep(LATENCY)
         return n
 
@@ -112,7 +112,7 @@ def run_threads(control: ctrlrun.Control, calls: int, start: int) -> float:
                     n = next(numbers, None)
                 if n is None:
                     return
-                act(n)
+                act(str(n))
 
     threads = [threading.Thread(target=worker) for _ in range(THREADS)]
     began = time.perf_counter()

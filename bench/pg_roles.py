@@ -61,17 +61,21 @@ def agent_vs_owner(url: str, ops: int, rounds: int) -> bool:
         as_owner = pg_common.control(owner_url, schema, Path(d))
         as_agent = pg_common.control(agent_url, schema, Path(d))
 
+        # ``bench:{n}`` takes text (decision 0026)
         @ctrlrun.protect("bench.effect", control=as_owner)
-        def owner_call(n: int) -> int:
+        def owner_call(n: str) -> str:
             return n
 
         @ctrlrun.protect("bench.effect", control=as_agent)
-        def agent_call(n: int) -> int:
+        def agent_call(n: str) -> str:
             return n
 
         with ctrlrun.context(agent="bench"):
             pair = interleaved(
-                lambda n: owner_call(2 * n), lambda n: agent_call(2 * n + 1), ops=ops, rounds=rounds
+                lambda n: owner_call(str(2 * n)),
+                lambda n: agent_call(str(2 * n + 1)),
+                ops=ops,
+                rounds=rounds,
             )
         for ctl in (as_owner, as_agent):
             ctl.store.close()  # type: ignore[attr-defined]

@@ -51,10 +51,10 @@ def one_client(url: str, ops: int, rounds: int) -> bool:
 
 def _effect_calls(floor: Floor, ctl: ctrlrun.Control, ops: int, rounds: int) -> bool:
     @ctrlrun.protect("bench.effect", control=ctl)
-    def act(n: int) -> int:
+    def act(n: str) -> str:  # ``bench:{n}`` takes text (decision 0026)
         return n
 
-    pair = interleaved(floor.call, act, ops=ops, rounds=rounds)
+    pair = interleaved(floor.call, lambda i: act(str(i)), ops=ops, rounds=rounds)
     return show(
         "Postgres, protected call with an effect key, one client",
         pair,
@@ -82,14 +82,14 @@ def _approved_calls(floor: Floor, ctl: ctrlrun.Control, ops: int, rounds: int) -
     the timing: they are a person's work, not the agent's hot path)."""
 
     @ctrlrun.protect("bench.approved", control=ctl)
-    def act(n: int) -> int:
+    def act(n: str) -> str:  # ``approved:{n}`` takes text (decision 0026)
         return n
 
     granted: dict[int, str] = {}
 
     def grant(n: int) -> None:
         try:
-            act(n)
+            act(str(n))
         except ctrlrun.ApprovalRequired as asked:
             ctl.store.grant_approval(asked.request_id, "bench")
             granted[n] = asked.request_id
@@ -100,7 +100,7 @@ def _approved_calls(floor: Floor, ctl: ctrlrun.Control, ops: int, rounds: int) -
 
     def use(n: int) -> None:
         with ctrlrun.with_approval(granted[n]):
-            act(n)
+            act(str(n))
 
     pair = interleaved(floor.call, use, ops=ops, rounds=rounds)
     show(

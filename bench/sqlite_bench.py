@@ -131,11 +131,15 @@ def open_control(workdir: Path, durability: str) -> ctrlrun.Control:
 
 
 def protected_op(ctl: ctrlrun.Control, *, effect: bool) -> Callable[[int], None]:
+    # the key template is a plain ``{n}``, which takes text (decision 0026): pass ``str(i)``
     @ctrlrun.protect("bench.effect" if effect else "bench.read", control=ctl)
-    def act(n: int) -> int:
+    def act(n: str) -> str:
         return n
 
-    return act
+    def op(i: int) -> None:
+        act(str(i))
+
+    return op
 
 
 class Approved:
@@ -146,7 +150,7 @@ class Approved:
         self.requests: dict[int, str] = {}
 
         @ctrlrun.protect("bench.approved", control=ctl)
-        def act(n: int) -> int:
+        def act(n: str) -> str:  # ``approved:{n}`` takes text (decision 0026)
             return n
 
         self.act = act
@@ -154,14 +158,14 @@ class Approved:
     def prepare(self, first: int, count: int) -> None:
         for i in range(first, first + count):
             try:
-                self.act(i)
+                self.act(str(i))
             except ctrlrun.ApprovalRequired as asked:
                 self.ctl.store.grant_approval(asked.request_id, "bench")
                 self.requests[i] = asked.request_id
 
     def op(self, i: int) -> None:
         with ctrlrun.with_approval(self.requests.pop(i)):
-            self.act(i)
+            self.act(str(i))
 
 
 def outbox_op(store: ctrlrun.SQLiteStateStore) -> Callable[[int], None]:

@@ -185,16 +185,20 @@ class TestCancellation:
     def test_cancelled_before_the_executor_is_failed_and_never_ran(self, store, clock):
         reserved, resume = threading.Event(), threading.Event()
 
-        class PausedAfterReserving(Control):
-            def _begin(
-                self, action, spec, policy=None
-            ):  # a pause point between the two transactions
-                begun = super()._begin(action, spec, policy)
+        class PausedAfterReserving:
+            """The store, with a pause point after the first transaction (on the store
+            thread that reserved, before the executor is entered)."""
+
+            def __getattr__(self, name):
+                return getattr(store, name)
+
+            def start_action(self, request):
+                started = store.start_action(request)
                 reserved.set()
                 resume.wait(10)
-                return begun
+                return started
 
-        control = PausedAfterReserving(load_policy_text(MAIL_POLICY), store, clock=clock)
+        control = Control(load_policy_text(MAIL_POLICY), PausedAfterReserving(), clock=clock)
         ran = []
 
         @ctrlrun.protect("mail.send", control=control)

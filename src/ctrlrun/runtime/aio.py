@@ -1,4 +1,5 @@
-"""The async driver of a protected call: ``Control.run``'s steps, awaited.
+"""The async driver of a protected call: the pipeline's steps (``runtime.pipeline``: ``begin``,
+the executor, ``finish``), with awaits only around them.
 
 Store work (decide, reserve, record) runs on the Control's own pool of store threads
 (``Control(async_workers=N)``, not anyio's shared default), so the event loop never waits on
@@ -28,16 +29,18 @@ from anyio import CancelScope, from_thread, to_thread
 from ctrlrun.errors import NotExecuted
 from ctrlrun.kernel.effect import EffectState
 from ctrlrun.runtime.context import hold, release
+from ctrlrun.runtime.pipeline import begin, finish
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from concurrent.futures import ThreadPoolExecutor
 
     from ctrlrun.kernel.action import Action
     from ctrlrun.kernel.policy import Policy
     from ctrlrun.kernel.receipt import Receipt
-    from ctrlrun.runtime.call import CallSpec, InFlight
+    from ctrlrun.runtime.call import CallSpec
     from ctrlrun.runtime.control import Control
-    from ctrlrun.store.protocol import Started
+    from ctrlrun.runtime.pipeline import InFlight
 
 T = TypeVar("T")
 
@@ -51,18 +54,19 @@ async def run_async(
 ) -> tuple[Any, Receipt]:
     """``control.run`` for async callers; see the module docstring for the contract."""
     hooks = _blocking_hooks(spec, anyio.lowlevel.current_token())
+    pool = control._store_threads()
     try:
-        call, started = await _offload(control, control._begin, action, hooks, policy)
+        call = await _offload(pool, begin, control, action, hooks, policy)
         await anyio.lowlevel.checkpoint()
     except _Interrupted as stop:  # cancelled while reserving: the executor never ran
         if stop.done:
-            call, started = stop.value
-            await _record(control, call, started, EffectState.FAILED, None, stop.cause)
+            call = stop.value
+            await _record(pool, call, EffectState.FAILED, None, stop.cause)
         raise stop.cause from None
     except anyio.get_cancelled_exc_class() as exc:  # cancelled at the checkpoint: likewise
-        await _record(control, call, started, EffectState.FAILED, None, exc)
+        await _record(pool, call, EffectState.FAILED, None, exc)
         raise
-    reservation = started.reservation
+    reservation = call.started.reservation
     token = hold(call.effect_key, reservation.attempt if reservation is not None else None)
     try:
         try:
@@ -70,12 +74,12 @@ async def run_async(
         finally:
             release(token)
     except NotExecuted as exc:
-        await _record(control, call, started, EffectState.FAILED, None, exc)
+        await _record(pool, call, EffectState.FAILED, None, exc)
         raise
     except BaseException as exc:
-        await _record(control, call, started, EffectState.AMBIGUOUS, None, exc)
+        await _record(pool, call, EffectState.AMBIGUOUS, None, exc)
         raise
-    return value, await _record(control, call, started, EffectState.COMMITTED, value, None)
+    return value, await _record(pool, call, EffectState.COMMITTED, value, None)
 
 
 async def _invoke(executor: Callable[..., Any], arguments: dict[str, Any]) -> Any:
@@ -88,18 +92,17 @@ async def _invoke(executor: Callable[..., Any], arguments: dict[str, Any]) -> An
     return value
 
 
-async def _record(  # noqa: PLR0917 - the five facts of one outcome, in order
-    control: Control,
+async def _record(
+    pool: ThreadPoolExecutor,
     call: InFlight,
-    started: Started,
     outcome: EffectState,
     value: Any,
     exc: BaseException | None,
 ) -> Receipt:
-    """The outcome write (the second transaction). It always completes; a cancellation that
-    arrived meanwhile is raised after it."""
+    """The outcome write (the second transaction: ``pipeline.finish``). It always completes;
+    a cancellation that arrived meanwhile is raised after it."""
     try:
-        return await _offload(control, control._finish, call, started, outcome, value, exc)
+        return await _offload(pool, finish, call, outcome, value, exc)
     except _Interrupted as stop:
         raise stop.cause from None
 
@@ -113,10 +116,10 @@ class _Interrupted(Exception):
         self.cause, self.done, self.value = cause, done, value
 
 
-async def _offload(control: Control, fn: Callable[..., T], *args: Any) -> T:
-    """``fn(*args)`` on one of the Control's own store threads, awaited to the end whatever
-    cancels the caller (an anyio scope, ``task.cancel()``, a timeout): the work is handed to
-    the thread before the first await, so a write is never skipped nor left unobserved.
+async def _offload(pool: ThreadPoolExecutor, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` on one of the Control's own store threads (``pool``), awaited to the end
+    whatever cancels the caller (an anyio scope, ``task.cancel()``, a timeout): the work is
+    handed to the thread before the first await, so a write is never skipped nor left unobserved.
     Raises ``_Interrupted`` if the caller was cancelled meanwhile, else what ``fn`` raised."""
     token = anyio.lowlevel.current_token()
     finished = anyio.Event()
@@ -131,7 +134,7 @@ async def _offload(control: Control, fn: Callable[..., T], *args: Any) -> T:
             with contextlib.suppress(anyio.RunFinishedError):  # the loop is gone: nobody waits
                 from_thread.run_sync(finished.set, token=token)
 
-    control._store_threads().submit(contextvars.copy_context().run, work)
+    pool.submit(contextvars.copy_context().run, work)
     cancelled = anyio.get_cancelled_exc_class()
     cause: BaseException | None = None
     while not finished.is_set():

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Final, NoReturn
+from typing import Final, NoReturn
 
 from ctrlrun.errors import ActionDenied, DenyReason, Refused
 from ctrlrun.kernel.action import Action
@@ -18,10 +18,6 @@ from ctrlrun.kernel.policy import Policy
 from ctrlrun.kernel.policy_model import ActionPolicy, Decision
 from ctrlrun.store import peek_budget
 from ctrlrun.store.protocol import StartRequest, StateStore
-
-if TYPE_CHECKING:
-    from ctrlrun.runtime.call import CallSpec, InFlight
-    from ctrlrun.runtime.control import Control
 
 DENIED_AT_START: Final = frozenset(
     {DenyReason.APPROVAL_DENIED, DenyReason.OVER_BUDGET, DenyReason.BUDGET_UNEVALUABLE}
@@ -112,23 +108,3 @@ def observed_budget(
         store, budget, budget.budget_id(action.name, action.principal.agent), amount
     )
     return decision, rule, (budget.verdict(state.spent_before, amount), state.describe())
-
-
-def past_limit(  # noqa: PLR0917 - the call's parts, as ``Control._start`` holds them
-    control: Control,
-    call: InFlight,
-    entry: ActionPolicy | None,
-    spec: CallSpec,
-    request: StartRequest,
-    exc: Refused,
-) -> StartRequest:
-    """After the start was refused with ``exc``: the start to try again when it was refused
-    only for passing an ``over: approve`` budget's limit and a person granted exactly this
-    call (presented, or found: ``Control._approval_for``); otherwise the refusal is
-    recorded and raised, a person's denial of this call is recorded ``denied``, or a request
-    showing the budget's state is made and ``ApprovalRequired`` raised. Nothing was
-    consumed or reserved by the refused start (its transaction rolled back)."""
-    if not needs_a_person(exc, request):
-        control._refuse_start(call, exc)
-    approved = control._approval_for(call, entry, spec)
-    return approved_start(request, approved, call.verdict.policy_hash)

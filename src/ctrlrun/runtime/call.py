@@ -1,12 +1,14 @@
-"""One protected call's parts: how it is to be protected (``CallSpec``), what it carries
-between steps (``InFlight``), and the small decisions and records every step shares."""
+"""One protected call's parts: how it is to be protected (``CallSpec``), and the events,
+refusals and records of its less travelled paths (a refusal, an AMBIGUOUS outcome, an outcome
+the store would not take). The call itself runs in ``runtime.pipeline`` (decision 0030), whose
+happy path enters this module not at all."""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ctrlrun._time import check_positive
 from ctrlrun.display import command_line
@@ -16,26 +18,25 @@ from ctrlrun.errors import (
     ApprovalRequired,
     DuplicateEffect,
     EffectTemplateChanged,
-    InvalidArgument,
     OutcomeUnrecorded,
     Refused,
     StoreError,
 )
 from ctrlrun.kernel.action import Action
 from ctrlrun.kernel.approval import ApprovalRecord
-from ctrlrun.kernel.approval_rules import DEFAULT_RULES, ApprovalRules
 from ctrlrun.kernel.effect import EffectState
 from ctrlrun.kernel.event import EventDraft, EventType
 from ctrlrun.kernel.notify import Notice, NotifyKind, notices
 from ctrlrun.kernel.notify_body import ambiguous_event
-from ctrlrun.kernel.observe import Observation
-from ctrlrun.kernel.policy import ActionPolicy, Policy
-from ctrlrun.kernel.receipt import ReceiptDraft, ReceiptResult
+from ctrlrun.kernel.receipt import ReceiptResult
 from ctrlrun.kernel.template import Template
 from ctrlrun.kernel.text import check_label
-from ctrlrun.runtime.receipts import Verdict, describe, receipt_draft
+from ctrlrun.runtime.receipts import describe
 from ctrlrun.runtime.reconcile import Reconcile
-from ctrlrun.store.protocol import FinishRequest, Started, StateStore
+from ctrlrun.store.protocol import StateStore
+
+if TYPE_CHECKING:
+    from ctrlrun.runtime.pipeline import InFlight
 
 log = logging.getLogger("ctrlrun")
 
@@ -49,35 +50,6 @@ class CallSpec:
     lease: timedelta | None = None
     reconcile: Reconcile | None = None
     approval_id: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class InFlight:
-    """One call in flight: the action, the verdict, its key and the events so far."""
-
-    action: Action
-    verdict: Verdict
-    effect_key: str | None
-    started_at: datetime
-    pre: tuple[EventDraft, ...]
-    policy: Policy  # the one policy that decides this call
-    approval: ApprovalRules = DEFAULT_RULES  # its rule's, else its action's
-    observed: Observation | None = None  # mode: observe: what enforcement would have done
-
-
-def check_size(action: Action, limit: int) -> None:
-    """``InvalidArgument`` before any write if the canonical arguments are over the limit
-    (a UTF-8 character is at most 4 bytes: most calls never encode to know)."""
-    text = action.arguments_text
-    if len(text) * 4 > limit:
-        size = len(text.encode("utf-8"))
-        if size > limit:
-            raise InvalidArgument(
-                f"{action.name}: {size} bytes of canonical arguments exceed the limit of"
-                f" {limit} (Control(max_argument_bytes=...))",
-                size=size,
-                limit=limit,
-            )
 
 
 OUTCOME_EVENTS = {
@@ -110,17 +82,6 @@ def unrecorded(call: InFlight, outcome: EffectState, failure: StoreError) -> Out
         effect_key=key,
         intended=str(outcome),
     )
-
-
-def template_source(call: InFlight, entry: ActionPolicy | None, spec: CallSpec) -> str | None:
-    """The shape of the template ``call``'s key was rendered from (None for a key given
-    outright, or no key): the store checks it against the action's remembered one. Its shape,
-    not its source: a ``:int`` type refuses values but renders none differently (decision
-    0026), so adding one reserves no new key."""
-    if call.effect_key is None or spec.effect_key is not None:
-        return None
-    template = spec.effect or (entry.effect if entry is not None else None)
-    return template.shape if template is not None else None
 
 
 def denied_event(call: InFlight, exc: ActionDenied) -> EventDraft:
@@ -157,61 +118,6 @@ def summarize(action: Action) -> str:
     return f"{action.name} {action.arguments_text} by {who}"
 
 
-def outcome_draft(
-    call: InFlight, started: Started, result: ReceiptResult, error: str | None, now: datetime
-) -> ReceiptDraft:
-    """The receipt of ``call``'s attempt (as ``started`` granted it) ending in ``result``."""
-    approval = started.approval
-    reservation = started.reservation
-    return receipt_draft(
-        call.action,
-        call.verdict,
-        result,
-        started_at=call.started_at,
-        finished_at=now,
-        effect_key=call.effect_key,
-        attempt=reservation.attempt if reservation is not None else None,
-        approval_id=approval.approval_id if approval else None,
-        approver=approval.approver if approval else None,
-        signatures=approval.signatures if approval else (),
-        error=error,
-        budget=started.budget.to_dict() if started.budget is not None else None,
-    )
-
-
-def finish_request(
-    call: InFlight,
-    started: Started,
-    outcome: EffectState,
-    value: Any,
-    error: str | None,
-    *,
-    now: datetime,
-) -> FinishRequest:
-    """The second transaction of ``call``: its outcome, the outcome's event and receipt (an
-    observed call's only one: its first events go with it, and no effect record is touched)."""
-    if call.observed is not None:
-        return _observed_request(call, outcome, value, error, now)
-    attempt = started.reservation.attempt if started.reservation is not None else None
-    draft = outcome_draft(call, started, OUTCOME_RESULTS[outcome], error, now)
-    data = {"attempt": attempt} if error is None else {"attempt": attempt, "error": error}
-    event = EventDraft(OUTCOME_EVENTS[outcome], call.action.action_id, call.effect_key, data=data)
-    return FinishRequest(
-        action_id=call.action.action_id,
-        receipt=draft,
-        effect_key=call.effect_key,
-        attempt=attempt,
-        outcome=outcome if call.effect_key else None,
-        result=value,
-        error=error,
-        events=(event,),
-        notices=(
-            ambiguous_notices(call, attempt, error, now) if outcome is EffectState.AMBIGUOUS else ()
-        ),
-        give_back_budget=started.budget is not None and outcome is EffectState.FAILED,
-    )
-
-
 def ambiguous_notices(
     call: InFlight, attempt: int | None, error: str | None, now: datetime
 ) -> tuple[Notice, ...]:
@@ -229,31 +135,6 @@ def ambiguous_notices(
     )
     subject = f"{call.effect_key}/{attempt}"
     return notices(call.policy.notify, NotifyKind.AMBIGUOUS, event, subject)
-
-
-def _observed_request(
-    call: InFlight, outcome: EffectState, value: Any, error: str | None, now: datetime
-) -> FinishRequest:
-    assert call.observed is not None
-    observed = {**call.observed.to_dict(), "outcome": str(outcome)}
-    draft = receipt_draft(
-        call.action,
-        call.verdict,
-        ReceiptResult.OBSERVED,
-        started_at=call.started_at,
-        finished_at=now,
-        error=error,
-        observed=observed,
-    )
-    data = {"observed": observed} if error is None else {"observed": observed, "error": error}
-    event = EventDraft(OUTCOME_EVENTS[outcome], call.action.action_id, None, data=data)
-    return FinishRequest(
-        action_id=call.action.action_id,
-        receipt=draft,
-        result=value,
-        error=error,
-        events=(*call.pre, event),
-    )
 
 
 def refused_event(call: InFlight, exc: Refused) -> EventDraft:
@@ -303,20 +184,15 @@ def committed_receipt(store: StateStore, effect_key: str) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class RefusedOutcome:
-    """What to record when the store would not take an outcome: one event, one receipt."""
+    """What to record when the store would not take an outcome: one event, and the error
+    text of the AMBIGUOUS receipt that goes with it."""
 
     event: EventDraft
-    receipt: ReceiptDraft
+    detail: str
 
 
-def outcome_refused_draft(
-    call: InFlight,
-    started: Started,
-    outcome: EffectState,
-    error: str | None,
-    refusal: Refused,
-    *,
-    now: datetime,
+def outcome_refused(
+    call: InFlight, outcome: EffectState, error: str | None, refusal: Refused
 ) -> RefusedOutcome:
     """The store would not take the outcome (the lease lapsed and a contender, or a human,
     moved the record): what happened is unknown to the store, so the receipt says AMBIGUOUS
@@ -331,11 +207,15 @@ def outcome_refused_draft(
     detail = f"outcome {outcome} not recorded: {describe(refusal)}"
     if error is not None:
         detail = f"{error}; {detail}"
-    attempt = started.reservation.attempt if started.reservation is not None else None
+    reservation = call.started.reservation
     event = EventDraft(
         EventType.EXECUTION_AMBIGUOUS,
         call.action.action_id,
         call.effect_key,
-        data={"attempt": attempt, "intended": str(outcome), "error": detail},
+        data={
+            "attempt": reservation.attempt if reservation is not None else None,
+            "intended": str(outcome),
+            "error": detail,
+        },
     )
-    return RefusedOutcome(event, outcome_draft(call, started, ReceiptResult.AMBIGUOUS, detail, now))
+    return RefusedOutcome(event, detail)

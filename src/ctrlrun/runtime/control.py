@@ -1,91 +1,50 @@
-"""``Control``: the one composer of a protected call.
+"""``Control``: what a protected call runs under, and its entry points.
 
-normalize → decide → approve → reserve → execute → record. The policy decides, the store
-reserves and records, and ``Control`` only sequences them and maps the executor's outcome:
-a return is COMMITTED, ``NotExecuted`` is FAILED, anything else (``BaseException`` included)
-is AMBIGUOUS and re-raised. A store exception is never read as "not executed".
-
-The steps (``_begin``: normalize, decide, approve, reserve; the executor; ``_finish``) are
-driven by ``run`` here and by ``runtime.aio`` for ``arun``, so both paths share every check.
+A ``Control`` holds the policy (re-read from its file when it changes), the store, the clock,
+the sinks and the limits. The call itself, normalize → decide → approve → reserve → execute →
+record, runs as one straight line in ``runtime.pipeline`` (decision 0030): ``run`` hands it
+over once, and ``arun`` awaits the same steps through ``runtime.aio``, so both paths share
+every check. The policy decides, the store reserves and records; the outcome table (a return is
+COMMITTED, ``NotExecuted`` is FAILED, anything else AMBIGUOUS and re-raised) is the pipeline's.
 """
 
 from __future__ import annotations
 
 import functools
-import inspect
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any, NoReturn
+from typing import Any
 
 from ctrlrun._time import Clock, check_positive, utc_now
-from ctrlrun.canonical import new_id
 from ctrlrun.errors import (
     ActionDenied,
-    AlreadyCommitted,
-    AmbiguousEffect,
-    ApprovalMismatch,
     DenyReason,
-    EffectKeyError,
-    EffectTemplateChanged,
     InvalidArgument,
-    MismatchReason,
-    NotExecuted,
     PolicyError,
     ProtectionMismatch,
-    Refused,
-    StoreError,
 )
 from ctrlrun.kernel.action import Action, Principal
-from ctrlrun.kernel.approval import (
-    DEFAULT_APPROVAL_TTL,
-    ApprovalRecord,
-    ApprovalRequestDraft,
-    plan_reuse,
-    requesters,
-)
-from ctrlrun.kernel.approval_rules import DEFAULT_RULES, ApprovalRules
-from ctrlrun.kernel.call import refusal_before_asking
-from ctrlrun.kernel.effect import DEFAULT_LEASE, EffectState
-from ctrlrun.kernel.event import EventDraft
-from ctrlrun.kernel.notify import NotifyKind, told_of
-from ctrlrun.kernel.policy import ActionPolicy, Decision, Policy
+from ctrlrun.kernel.approval import DEFAULT_APPROVAL_TTL, ApprovalRecord
+from ctrlrun.kernel.effect import DEFAULT_LEASE
+from ctrlrun.kernel.policy import Decision, Policy
 from ctrlrun.kernel.protection import FindingKind, plan_protection
-from ctrlrun.kernel.receipt import Receipt, ReceiptResult
-from ctrlrun.kernel.request_check import tampering
+from ctrlrun.kernel.receipt import Receipt
 from ctrlrun.kernel.template import Template
-from ctrlrun.kernel.text import check_label
-from ctrlrun.runtime.answering import tampered_event
+from ctrlrun.runtime import pipeline
 from ctrlrun.runtime.approvals import Approvals
 from ctrlrun.runtime.assess import Assessment, assess
-from ctrlrun.runtime.budget import DENIED_AT_START, budget_charge, past_limit, request_charge
-from ctrlrun.runtime.call import (
-    CallSpec,
-    InFlight,
-    approval_required,
-    check_size,
-    committed_receipt,
-    denied_event,
-    finish_request,
-    make_spec,
-    outcome_refused_draft,
-    refused_event,
-    summarize,
-    template_source,
-    unrecorded,
-)
-from ctrlrun.runtime.context import current_approval, hold, release
+from ctrlrun.runtime.call import CallSpec, make_spec
 from ctrlrun.runtime.normalize import build_action, normalized
-from ctrlrun.runtime.observe import NOT_STARTED, begin_observed
+from ctrlrun.runtime.pipeline import InFlight
 from ctrlrun.runtime.policy_source import PolicySource
-from ctrlrun.runtime.receipts import Verdict, describe, evaluated, proposed, receipt_draft
-from ctrlrun.runtime.reconcile import Reconcile, reconcile_blocked
-from ctrlrun.runtime.sinks import Sink, emit, emit_approval
+from ctrlrun.runtime.receipts import Verdict, evaluated, proposed
+from ctrlrun.runtime.reconcile import Reconcile
+from ctrlrun.runtime.sinks import Sink
 from ctrlrun.runtime.tracing import CallTracer, traced
-from ctrlrun.store.protocol import Started, StartRequest, StateStore
+from ctrlrun.store.protocol import StateStore
 
 log = logging.getLogger("ctrlrun")
 
@@ -230,9 +189,7 @@ class Control:
         plain function: one that returns an awaitable is refused (use ``arun``). ``policy``
         is the one the action was built under (``protect`` passes its own): one policy
         decides the whole call; by default it is ``refresh_policy()`` now."""
-        with traced(self.tracer, action):
-            call, started = self._begin(action, spec, policy)
-            return self._execute(call, executor, started)
+        return pipeline.run(self, action, executor, spec, policy)
 
     async def aexecute(
         self,
@@ -263,6 +220,8 @@ class Control:
         and the cancellation then propagates. See ``runtime.aio``."""
         from ctrlrun.runtime.aio import run_async
 
+        if self.tracer is None:
+            return await run_async(self, action, executor, spec, policy)
         with traced(self.tracer, action):
             return await run_async(self, action, executor, spec, policy)
 
@@ -302,105 +261,6 @@ class Control:
                 self._threads = ThreadPoolExecutor(self.async_workers, "ctrlrun-store")
             return self._threads
 
-    # --- normalize and decide -------------------------------------------------------------
-
-    def _begin(
-        self, action: Action, spec: CallSpec, policy: Policy | None = None
-    ) -> tuple[InFlight, Started]:
-        """Every step before the executor: normalize, decide, ask for approval, reserve (the
-        first transaction), all under one policy (a file re-read by another thread meanwhile
-        applies from the next call). Raises the refusal, recorded with its receipt."""
-        check_size(action, self.max_argument_bytes)
-        if policy is None:
-            policy = self.refresh_policy()
-        action = normalized(policy, action)
-        started_at = self._clock()
-        if policy.observes(action.name):  # mode: observe: nothing enforced, nothing reserved
-            return begin_observed(self, action, spec, policy, started_at), NOT_STARTED
-        entry = policy.entry(action.name)
-        key = self._effect_key(action, policy, entry, spec, started_at)
-        evaluation = policy.evaluate(action)
-        verdict = Verdict(
-            str(evaluation.decision), evaluation.label, policy.policy_hash, evaluation.controls
-        )
-        pre = (proposed(action), evaluated(action, verdict, key))
-        rules = entry.approval_for(evaluation.rule) if entry is not None else DEFAULT_RULES
-        call = InFlight(action, verdict, key, started_at, pre, policy, rules)
-        if evaluation.decision is Decision.DENY:
-            denied = ActionDenied(
-                f"{action.name}: denied ({evaluation.label})",
-                reason=evaluation.deny_reason or DenyReason.POLICY,
-                action_id=action.action_id,
-                rule=evaluation.rule,
-            )
-            self._refuse(call, denied, ReceiptResult.DENIED, denied_event(call, denied))
-        approval_id = None
-        if evaluation.decision is Decision.APPROVE:
-            approval_id = self._approval_for(call, entry, spec)
-        return call, self._start(call, approval_id, entry, spec)
-
-    def _effect_key(
-        self,
-        action: Action,
-        policy: Policy,
-        entry: ActionPolicy | None,
-        spec: CallSpec,
-        now: datetime,
-    ) -> str | None:
-        if spec.effect_key is not None:
-            return check_label(spec.effect_key, "effect_key")
-        template = spec.effect or (entry.effect if entry is not None else None)
-        if template is None:
-            return None
-        try:
-            key = template.render(action.plain_arguments, action.resource)  # reads only
-            return check_label(key, "effect key")  # bad input: refused before any write
-        except EffectKeyError as exc:
-            exc.action_id = action.action_id
-            cited = entry.controls if entry is not None else ()
-            verdict = Verdict("deny", "effect_key_error", policy.policy_hash, cited)
-            call = InFlight(action, verdict, None, now, (proposed(action),), policy)
-            self._refuse(call, exc, ReceiptResult.DENIED, denied_event(call, exc))
-
-    def _approval_for(self, call: InFlight, entry: ActionPolicy | None, spec: CallSpec) -> str:
-        """The approval this call presents: the one given, else an unexpired grant made for
-        the identical action (consumed by the first transaction). Otherwise it is refused:
-        denied if a person denied exactly this call (until that answer expires), else
-        ``ApprovalRequired`` for a pending request (the existing one, if any)."""
-        presented = spec.approval_id or current_approval()
-        if presented is not None:
-            return presented
-        found = self.store.find_approvals(call.action.action_hash, call.verdict.policy_hash)
-        reuse = plan_reuse(found, now=self._clock())
-        if reuse.granted is not None:
-            return reuse.granted.approval_id
-        self._refuse_before_asking(call, spec)
-        if reuse.denied is not None:
-            denied_id = reuse.denied.approval_id
-            why = self.store.denial_reason(denied_id)
-            denied = ActionDenied(
-                f"{call.action.name}: a person denied exactly this call"
-                f" ({denied_id}, by {reuse.denied.approver})" + (f": {why}" if why else ""),
-                reason=DenyReason.APPROVAL_DENIED,
-                action_id=call.action.action_id,
-                approver_reason=why,
-            )
-            self._refuse(call, denied, ReceiptResult.DENIED, denied_event(call, denied))
-        raise approval_required(call, self._ask(call, call.approval))
-
-    def _refuse_before_asking(self, call: InFlight, spec: CallSpec) -> None:
-        """Nobody is asked about a key that committed, is in progress or is AMBIGUOUS: the
-        call is refused as its reservation would be (recorded, one transaction), with no
-        request, notification or inbox entry. The read is the one ``evaluate`` makes."""
-        if call.effect_key is None:
-            return
-        record = self.store.get_effect(call.effect_key)
-        refusal = refusal_before_asking(
-            record, now=self._clock(), reconcilable=spec.reconcile is not None
-        )
-        if refusal is not None:
-            self._refuse_start(call, refusal)
-
     def request_approval(self, action: Action) -> ApprovalRecord:
         """The pending request for exactly ``action`` (made now, or the one already waiting),
         without running anything: for a framework that pauses before it calls the tool.
@@ -418,180 +278,12 @@ class Control:
         refusal = assess(self, action, policy).refusal
         if refusal is not None:
             raise refusal
-        verdict = Verdict("approve", evaluation.label, policy.policy_hash, evaluation.controls)
-        pre = (proposed(action), evaluated(action, verdict, None))
         entry = policy.entry(action.name)
-        rules = entry.approval_for(evaluation.rule) if entry is not None else DEFAULT_RULES
-        call = InFlight(action, verdict, None, self._clock(), pre, policy, rules)
-        return self._ask(call, call.approval)
-
-    def _ask(self, call: InFlight, rules: ApprovalRules) -> ApprovalRecord:
-        action = call.action.to_dict()
-        draft = ApprovalRequestDraft(
-            approval_id=new_id("apr"),
-            action=action,
-            action_hash=call.action.action_hash,
-            policy_hash=call.verdict.policy_hash,
-            ttl=rules.ttl or self.approval_ttl,
-            required=rules.count,
-            excluded=requesters(action) if rules.distinct_from_requester else (),
-            notify=call.policy.notify,
-            summary=summarize(call.action),
-            budget=request_charge(call.action, call.policy.entry(call.action.name)),
+        call = InFlight(
+            self, self.store, self._clock, action, CallSpec(), policy, entry, self._clock()
         )
-        record = self.store.put_approval_request(draft, call.pre)
-        if record.approval_id == draft.approval_id:  # a new request, not the pending one
-            emit_approval(self._sinks, "requested", record)
-            return record
-        tampered = tampering(record)  # the waiting one, as stored: is it still this action?
-        if tampered is not None:  # its events went with the request's transaction
-            event = replace(tampered_event(record), action_id=call.action.action_id)
-            self._refuse(replace(call, pre=()), tampered, ReceiptResult.BLOCKED, event)
-        return record
-
-    # --- reserve --------------------------------------------------------------------------
-
-    def _start(
-        self, call: InFlight, approval_id: str | None, entry: ActionPolicy | None, spec: CallSpec
-    ) -> Started:
-        rules = call.approval
-        excluded = requesters(call.action.to_dict()) if rules.distinct_from_requester else ()
-        request = StartRequest(
-            action_id=call.action.action_id,
-            effect_key=call.effect_key,
-            lease=spec.lease or self.lease,
-            approval_id=approval_id,
-            action_hash=call.action.action_hash,
-            policy_hash=call.verdict.policy_hash if approval_id is not None else None,
-            approvals_required=rules.count,
-            approvers_excluded=excluded,
-            approver_keys=call.policy.approvers or None,
-            announce_ambiguous=told_of(call.policy.notify, NotifyKind.AMBIGUOUS),
-            max_attempts=entry.max_attempts if entry is not None else None,
-            events=call.pre,
-            action_name=call.action.name,
-            effect_template=template_source(call, entry, spec),
-            budget=budget_charge(
-                call.action, entry, lambda e: self._refuse_start(call, e), approval_id
-            ),
-        )
-        try:
-            return self.store.start_action(request)
-        except AmbiguousEffect as exc:
-            if spec.reconcile is None or call.effect_key is None:
-                self._refuse_start(call, exc)
-            reconciled = reconcile_blocked(self.store, call.action, call.effect_key, spec.reconcile)
-            if reconciled.unwritten:  # they go with this call's next transaction
-                call = replace(call, pre=(*call.pre, *reconciled.unwritten))
-                request = replace(request, events=call.pre)
-            if not reconciled.retry:
-                self._refuse_start(call, exc)
-        except Refused as exc:  # past an over: approve budget's limit, a person decides
-            request = past_limit(self, call, entry, spec, request, exc)
-        try:
-            return self.store.start_action(request)
-        except Refused as exc:
-            self._refuse_start(call, exc)
-
-    def _refuse_start(self, call: InFlight, exc: Refused) -> NoReturn:
-        if isinstance(exc, ActionDenied) and exc.reason in DENIED_AT_START:
-            self._refuse(call, exc, ReceiptResult.DENIED, denied_event(call, exc))
-        if isinstance(exc, ApprovalMismatch) and exc.reason is MismatchReason.EXPIRED:
-            self._emit_expired(exc.approval_id)
-        if isinstance(exc, AlreadyCommitted) and exc.receipt_id is None:
-            exc.receipt_id = committed_receipt(self.store, exc.effect_key)
-        if isinstance(exc, EffectTemplateChanged):
-            exc.action_id = call.action.action_id
-        self._refuse(call, exc, ReceiptResult.BLOCKED, refused_event(call, exc))
-
-    def _emit_expired(self, approval_id: str | None) -> None:
-        record = self.store.get_approval(approval_id) if approval_id and self._sinks else None
-        if record is not None:
-            emit_approval(self._sinks, "expired", record)
-
-    def _refuse(
-        self, call: InFlight, exc: Refused, result: ReceiptResult, event: EventDraft
-    ) -> NoReturn:
-        """Record the refusal (events + receipt, one transaction), then raise it."""
-        now = self._clock()
-        draft = receipt_draft(
-            call.action,
-            call.verdict,
-            result,
-            started_at=call.started_at,
-            finished_at=now,
-            effect_key=call.effect_key,
-            error=describe(exc),
-        )
-        receipt = self.store.record((*call.pre, event), draft)
-        assert receipt is not None
-        emit(self._sinks, receipt)
-        raise exc
-
-    # --- execute and record ---------------------------------------------------------------
-
-    def _execute(
-        self, call: InFlight, executor: Callable[..., Any], started: Started
-    ) -> tuple[Any, Receipt]:
-        reservation = started.reservation
-        attempt = reservation.attempt if reservation is not None else None
-        try:
-            token = hold(call.effect_key, attempt)
-            try:
-                value = executor(**call.action.canonical_arguments)
-            finally:
-                release(token)
-        except NotExecuted as exc:
-            self._finish(call, started, EffectState.FAILED, None, exc)
-            raise
-        except BaseException as exc:
-            self._finish(call, started, EffectState.AMBIGUOUS, None, exc)
-            raise
-        if inspect.isawaitable(value):
-            self._refuse_awaitable(call, started, value)
-        return value, self._finish(call, started, EffectState.COMMITTED, value, None)
-
-    def _refuse_awaitable(
-        self, call: InFlight, started: Started, value: Awaitable[Any]
-    ) -> NoReturn:
-        """A sync call got an awaitable back: the work has not happened (a coroutine never
-        started, closed here: FAILED) or is running unobserved (anything else: AMBIGUOUS).
-        Never COMMITTED: that would spend the key on work nobody awaited."""
-        error = InvalidArgument(
-            f"{call.action.name}: the executor returned an awaitable; protect an async function"
-            " with an async caller (await it, or use Control.arun)"
-        )
-        if inspect.iscoroutine(value):
-            value.close()
-            self._finish(call, started, EffectState.FAILED, None, error)
-        else:
-            self._finish(call, started, EffectState.AMBIGUOUS, None, error)
-        raise error
-
-    def _finish(
-        self,
-        call: InFlight,
-        started: Started,
-        outcome: EffectState,
-        value: Any,
-        exc: BaseException | None,
-    ) -> Receipt:
-        error = describe(exc) if exc is not None else None
-        request = finish_request(call, started, outcome, value, error, now=self._clock())
-        try:
-            try:
-                receipt = self.store.finish_action(request)
-            except Refused as refusal:
-                kept = outcome_refused_draft(
-                    call, started, outcome, error, refusal, now=self._clock()
-                )
-                stored = self.store.record((kept.event,), kept.receipt)
-                assert stored is not None
-                receipt = stored
-                if outcome is not EffectState.AMBIGUOUS:
-                    emit(self._sinks, receipt)
-                    raise refusal from exc
-        except StoreError as failure:  # after the executor ran: never "nothing happened"
-            raise unrecorded(call, outcome, failure) from failure
-        emit(self._sinks, receipt)
-        return receipt
+        call.verdict = Verdict("approve", evaluation.label, policy.policy_hash, evaluation.controls)
+        call.pre = (proposed(action), evaluated(action, call.verdict, None))
+        if entry is not None:
+            call.approval = entry.approval_for(evaluation.rule)
+        return pipeline.ask(call)

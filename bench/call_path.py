@@ -6,7 +6,8 @@ of the async path): every ``call`` event of a Python function counts once for th
 code is in (a generator or coroutine counts again each time it resumes). The calls are
 counted after a warm-up, on a real SQLite store file, with distinct effect keys (the happy
 path: two write transactions). Time per call is the median round of many calls, with no
-profiler installed.
+profiler installed: wall clock, and this process's CPU time (which other load on a shared
+machine disturbs less); and the runtime's CPU alone, with a store that answers at once.
 
 ``python call_path.py [--calls N] [--rounds R] [--json] [--functions]``
 """
@@ -24,6 +25,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -32,6 +34,10 @@ from bench_policy import POLICY
 
 import ctrlrun
 from ctrlrun.config import load_policy_text
+from ctrlrun.kernel.effect import Reservation
+from ctrlrun.store.protocol import FinishRequest, Started, StartRequest
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 PROFILED = 20  # calls counted per path, after the warm-up; the report is per call
 WARMUP = 50
@@ -152,28 +158,70 @@ def path_async(workdir: Path) -> Entries:
     return entries
 
 
-def time_per_call(workdir: Path, calls: int, rounds: int) -> tuple[float, float]:
-    """Median µs per call over ``rounds`` rounds of ``calls`` calls: sync, async."""
+def time_per_call(workdir: Path, calls: int, rounds: int) -> dict[str, dict[str, float]]:
+    """Median µs per call over ``rounds`` rounds of ``calls`` calls, wall clock and this
+    process's CPU (every thread's: the async path's store threads too), sync and async."""
     ctl = control(workdir)
     op, ops = sync_call(ctl), async_calls(ctl)
-    sync_rounds, async_rounds = [], []
+    samples: dict[str, dict[str, list[float]]] = {
+        name: {"us": [], "cpu_us": []} for name in ("sync", "async")
+    }
     base = 10_000
     with ctrlrun.context(agent="bench"):
         for i in range(WARMUP):
             op(base + i)
     ops(range(base + WARMUP, base + 2 * WARMUP))
-    for r in range(rounds):
-        first = base * (r + 2)
-        began = time.perf_counter()
+
+    def sync_round(first: int) -> None:
         with ctrlrun.context(agent="bench"):
             for i in range(first, first + calls):
                 op(i)
-        sync_rounds.append((time.perf_counter() - began) / calls * 1e6)
-        began = time.perf_counter()
+
+    def async_round(first: int) -> None:
         ops(range(first, first + calls))
-        async_rounds.append((time.perf_counter() - began) / calls * 1e6)
+
+    for r in range(rounds):
+        first = base * (r + 2)
+        for name, body in (("sync", sync_round), ("async", async_round)):
+            began, cpu = time.perf_counter(), time.process_time()
+            body(first)
+            samples[name]["cpu_us"].append((time.process_time() - cpu) / calls * 1e6)
+            samples[name]["us"].append((time.perf_counter() - began) / calls * 1e6)
     ctl.store.close()  # type: ignore[attr-defined]
-    return statistics.median(sync_rounds), statistics.median(async_rounds)
+    return {
+        name: {kind: statistics.median(values) for kind, values in found.items()}
+        for name, found in samples.items()
+    }
+
+
+class AnsweringStore:
+    """A store that answers at once and keeps nothing: the first transaction grants attempt 1,
+    the second returns its receipt draft. Only for timing the runtime's own Python (the
+    pipeline alone, as ``sqlite_bench``'s "sql only" times the store's statements alone)."""
+
+    def start_action(self, request: StartRequest) -> Started:
+        key = request.effect_key or ""
+        return Started(Reservation(key, request.action_id, 1, EPOCH), None)
+
+    def finish_action(self, request: FinishRequest) -> Any:
+        return request.receipt
+
+
+def pipeline_alone(calls: int, rounds: int) -> float:
+    """Median CPU µs per sync call over ``rounds`` rounds with ``AnsweringStore``."""
+    ctl = ctrlrun.Control(load_policy_text(POLICY), AnsweringStore())  # type: ignore[arg-type]
+    op = sync_call(ctl)
+    found = []
+    with ctrlrun.context(agent="bench"):
+        for i in range(WARMUP):
+            op(i)
+        for r in range(rounds):
+            first = 10_000 * (r + 1)
+            cpu = time.process_time()
+            for i in range(first, first + calls):
+                op(i)
+            found.append((time.process_time() - cpu) / calls * 1e6)
+    return statistics.median(found)
 
 
 def measure(calls: int, rounds: int) -> dict[str, Any]:
@@ -182,7 +230,7 @@ def measure(calls: int, rounds: int) -> dict[str, Any]:
         for name in ("sync", "async", "timed"):
             (root / name).mkdir()
         paths = {"sync": path_sync(root / "sync"), "async": path_async(root / "async")}
-        times = dict(zip(paths, time_per_call(root / "timed", calls, rounds), strict=True))
+        times = time_per_call(root / "timed", calls, rounds)
     found: dict[str, Any] = {}
     for name, entries in paths.items():
         modules = entries.per_module(PROFILED)
@@ -190,14 +238,18 @@ def measure(calls: int, rounds: int) -> dict[str, Any]:
             "modules": modules,
             "functions": entries.runtime_functions(PROFILED),
             "calls": sum(modules.values()),
-            "us": times[name],
+            **times[name],
         }
+    found["sync"]["pipeline_alone_cpu_us"] = pipeline_alone(calls * 4, rounds)
     return found
 
 
 def show(name: str, found: dict[str, Any], functions: bool) -> None:
     modules = found["modules"]
-    print(f"{name}: {found['calls']:.0f} Python calls per call, {found['us']:.1f} µs per call")
+    print(
+        f"{name}: {found['calls']:.0f} Python calls per call, {found['us']:.1f} µs per call"
+        f" ({found['cpu_us']:.1f} µs CPU)"
+    )
     runtime = {m: n for m, n in modules.items() if m.startswith("runtime/")}
     for module, count in sorted(runtime.items(), key=lambda item: -item[1]):
         print(f"  {module:28} {count:6.1f} entries per call")
@@ -227,6 +279,8 @@ def main() -> None:
         return
     print(f"Python {sys.version.split()[0]}; SQLite store (durability=normal), distinct keys")
     show("sync protected call", found["sync"], args.functions)
+    alone = found["sync"]["pipeline_alone_cpu_us"]
+    print(f"  the runtime alone (a store that answers at once): {alone:.1f} µs CPU per call")
     show("async protected call", found["async"], args.functions)
 
 

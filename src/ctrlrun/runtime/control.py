@@ -185,10 +185,11 @@ class Control:
         *,
         policy: Policy | None = None,
     ) -> tuple[Any, Receipt]:
-        """The pipeline; returns the executor's value and the receipt. ``executor`` must be a
-        plain function: one that returns an awaitable is refused (use ``arun``). ``policy``
-        is the one the action was built under (``protect`` passes its own): one policy
-        decides the whole call; by default it is ``refresh_policy()`` now."""
+        """The whole call (``runtime.pipeline``, handed over once); returns the executor's
+        value and the receipt. ``executor`` must be a plain function: one that returns an
+        awaitable is refused (use ``arun``). ``policy`` is the one the action was built under
+        (``protect`` passes its own): one policy decides the whole call; by default it is
+        ``refresh_policy()`` now."""
         return pipeline.run(self, action, executor, spec, policy)
 
     async def aexecute(

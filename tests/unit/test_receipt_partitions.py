@@ -125,7 +125,12 @@ class TestBoundToItsChain:
 
     def test_partition_zero_lines_read_as_before(self):
         brk = verify_chain(*build(1, 0), partition=1).breaks[0]
-        assert describe(brk) == "receipt 1 does not link to the receipt before it"
+        assert describe(brk, 0) == "receipt 1 does not link to the receipt before it"
+
+    def test_a_break_carries_its_partition(self):
+        brk = verify_chain(*build(1, 0), partition=1).breaks[0]
+        assert brk.partition == 1
+        assert describe(brk) == "receipt 1 of partition 1 does not link to the receipt before it"
 
     def test_a_null_partition_is_not_partition_zero(self):
         rows, _ = build(2, partition=1)

@@ -46,6 +46,20 @@ class ApprovalEvidence:
     grants: tuple[Grant, ...] = ()
 
 
+Checkpointed = Sequence[ChainHead] | Mapping[int, Sequence[ChainHead]] | None
+"""The heads verified checkpoints state: per partition, or a sequence for partition 0 alone
+(None: no checkpoints given)."""
+
+
+def partition_checkpoints(checkpoints: Checkpointed, partition: int) -> Sequence[ChainHead] | None:
+    """The heads ``checkpoints`` state for ``partition`` (None when none were given)."""
+    if checkpoints is None:
+        return None
+    if isinstance(checkpoints, Mapping):
+        return checkpoints.get(partition, ())
+    return checkpoints if partition == 0 else ()
+
+
 @dataclass(frozen=True, slots=True)
 class EvidenceSnapshot:
     """What the verifier reads: the receipts (with their indexed columns), the head read
@@ -57,7 +71,11 @@ class EvidenceSnapshot:
     approvals: Mapping[str, ApprovalEvidence] = field(default_factory=dict)
     policy: Policy | None = None
     anchor: ChainHead | None = None  # where the chain starts after a prune (None: genesis)
-    checkpoints: Sequence[ChainHead] | None = None  # heads signed checkpoints state, verified
+    checkpoints: Checkpointed = None  # heads signed checkpoints state, verified
+    heads: tuple[ChainHead | None, ...] = ()
+    """Every partition's head, 0, 1, … (empty: one chain, ``head``)."""
+    anchors: Mapping[int, ChainHead] = field(default_factory=dict)
+    """Where each partition starts after a prune (absent: genesis; partition 0: ``anchor``)."""
 
 
 def cited_approvals(receipts: Iterable[StoredReceipt]) -> set[str]:
@@ -84,25 +102,56 @@ def evidence_breaks(snapshot: EvidenceSnapshot) -> Iterator[ChainBreak]:
 
 
 def _chain(snapshot: EvidenceSnapshot) -> ChainReport:
-    return verify_chain(
-        snapshot.receipts,
-        snapshot.head,
-        anchor=snapshot.anchor,
-        checkpoints=snapshot.checkpoints,
+    """Every partition's chain walked by ``verify_chain``, the reports joined in partition
+    order (``head``, ``anchor`` and ``checkpointed`` are partition 0's)."""
+    if not snapshot.heads:
+        return verify_chain(
+            snapshot.receipts,
+            snapshot.head,
+            anchor=snapshot.anchor,
+            checkpoints=partition_checkpoints(snapshot.checkpoints, 0),
+        )
+    count = len(snapshot.heads)
+    rows: list[list[StoredReceipt]] = [[] for _ in range(count)]
+    stray: list[ChainBreak] = []
+    for row in snapshot.receipts:
+        if 0 <= row.partition < count:
+            rows[row.partition].append(row)
+        else:  # a row in no chain the store keeps: it links to nothing
+            stray.append(ChainBreak(BreakKind.LINK_BROKEN, row.seq, row.partition))
+    reports = [
+        verify_chain(
+            rows[p],
+            snapshot.heads[p],
+            anchor=snapshot.anchors.get(p, snapshot.anchor if p == 0 else None),
+            checkpoints=partition_checkpoints(snapshot.checkpoints, p),
+            partition=p,
+        )
+        for p in range(count)
+    ]
+    first = reports[0]
+    return replace(
+        first,
+        breaks=tuple(brk for report in reports for brk in report.breaks) + tuple(stray),
+        verified=sum(report.verified for report in reports),
+        total=len(snapshot.receipts),
+        heads=snapshot.heads,
     )
 
 
 def approval_breaks(snapshot: EvidenceSnapshot) -> Iterator[ChainBreak]:
-    """Per chained, readable receipt in seq order, at most one approval break."""
+    """Per chained, readable receipt in (partition, seq) order, at most one approval break."""
     spent: set[str] = set()
-    chained = sorted((r for r in snapshot.receipts if r.seq is not None), key=lambda r: r.seq or 0)
+    chained = sorted(
+        (r for r in snapshot.receipts if r.seq is not None), key=lambda r: (r.partition, r.seq or 0)
+    )
     for receipt in chained:
         document = _document(receipt)
         if document is None:
             continue  # the chain names it already (content_altered)
         kind = _receipt_break(document, snapshot, spent)
         if kind is not None:
-            yield ChainBreak(kind, receipt.seq)
+            yield ChainBreak(kind, receipt.seq, receipt.partition)
 
 
 def _receipt_break(

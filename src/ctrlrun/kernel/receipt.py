@@ -19,7 +19,7 @@ from functools import lru_cache
 from typing import Any, Final, NamedTuple
 
 from ctrlrun.canonical import GENESIS_HASH, canonical_text, sha256_hex, string_text
-from ctrlrun.kernel.partition import stated_partition
+from ctrlrun.kernel.partition import PARTITION_FIELD, stated_partition
 
 RECEIPT_SCHEMA: Final = "ctrlrun.receipt/v1"
 
@@ -62,10 +62,12 @@ class BreakKind(StrEnum):
 
 
 class ChainBreak(NamedTuple):
-    """One break: its kind and the seq it was found at (None for an unchained row)."""
+    """One break: its kind, the seq it was found at (None for an unchained row) and the
+    partition (chain) it is in."""
 
     kind: BreakKind
     seq: int | None
+    partition: int = 0
 
 
 class ChainHead(NamedTuple):
@@ -107,9 +109,11 @@ _BREAK_TEXT: Final = {
 }
 
 
-def describe(brk: ChainBreak, partition: int = 0) -> str:
+def describe(brk: ChainBreak, partition: int | None = None) -> str:
     """One line saying what ``brk`` means, for a person. A break in a partition other than 0
-    names it ("receipt 5 of partition 3 ..."); partition 0's lines read as they always have."""
+    (``brk.partition`` unless ``partition`` is given) names it ("receipt 5 of partition 3
+    ..."); partition 0's lines read as they always have."""
+    partition = brk.partition if partition is None else partition
     text = _BREAK_TEXT[brk.kind]
     if partition and "{partition}" not in text:
         text = text.replace("receipt {seq}", "receipt {seq} of partition {partition}", 1)
@@ -130,11 +134,19 @@ class ChainReport:
     head: ChainHead | None
     anchor: ChainHead = GENESIS_HEAD
     checkpointed: ChainHead | None = None
+    heads: tuple[ChainHead | None, ...] = ()
+    """Every partition's head, 0, 1, … (empty: one chain, ``head``). ``head``, ``anchor`` and
+    ``checkpointed`` are partition 0's."""
 
     @property
     def ok(self) -> bool:
-        """No break of any kind, and a head row to compare against."""
-        return not self.breaks and self.head is not None
+        """No break of any kind, and a head row to compare against in every partition."""
+        return not self.breaks and self.head is not None and None not in self.heads
+
+    @property
+    def partitions(self) -> int:
+        """How many chains were verified."""
+        return max(len(self.heads), 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +164,8 @@ class StoredReceipt:
     """Why the row cannot be read as a receipt (a column of the wrong type), or None. An
     unreadable row's ``document`` raises ``ValueError``; a column that is not text reads as
     ``""`` (``text``), ``"-"`` (``receipt_id``) or None (``hash``)."""
+    partition: int = 0
+    """The chain the store keeps the row in (its ``partition_id`` column)."""
 
     _parsed: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -190,10 +204,11 @@ class ReceiptDraft(Mapping[str, Any]):
     plain data. Read-only, so the parts cannot drift from the values.
     """
 
-    __slots__ = ("_fields", "_parts")
+    __slots__ = ("_fields", "_parts", "_texts")
 
     def __init__(self, fields: dict[str, Any], texts: Mapping[str, str]) -> None:
         self._fields = fields
+        self._texts = texts
         self._parts: tuple[str, str, str] | None = None
         layout = _layout(tuple(fields))
         if layout is None:
@@ -221,6 +236,13 @@ class ReceiptDraft(Mapping[str, Any]):
 
     def __len__(self) -> int:
         return len(self._fields)
+
+    def in_partition(self, partition: int) -> ReceiptDraft:
+        """This draft stating ``partition`` (``kernel.partition``): partition 0 states
+        nothing, so its bytes are the draft's own."""
+        if not partition:
+            return self
+        return ReceiptDraft({**self._fields, PARTITION_FIELD: partition}, self._texts)
 
     def linked_text(self, seq: int, prev_hash: str) -> str | None:
         """The canonical text of the document with ``seq`` and ``prev_hash``, or None when it
@@ -266,6 +288,16 @@ def _value_text(value: Any) -> str:
     if kind is int:
         return int.__repr__(value)
     return canonical_text(value)  # validates anything else (a float is refused here)
+
+
+def draft_in_partition(draft: Mapping[str, Any], partition: int) -> Mapping[str, Any]:
+    """``draft`` stating ``partition``: partition 0 states nothing (its bytes are unchanged);
+    a ``ReceiptDraft`` keeps its prepared parts."""
+    if not partition:
+        return draft
+    if isinstance(draft, ReceiptDraft):
+        return draft.in_partition(partition)
+    return {**draft, PARTITION_FIELD: partition}
 
 
 def chain_receipt(draft: Mapping[str, Any], head: ChainHead) -> tuple[int, str, str]:
@@ -341,6 +373,8 @@ def verify_chain(
     if checkpoints is not None:
         breaks += _against_checkpoints(chained, last_seq, head, start, checkpoints)
         newest = max(checkpoints, default=None)
+    if partition:
+        breaks = [brk._replace(partition=partition) for brk in breaks]
     return ChainReport(tuple(breaks), verified, len(rows), head, start, newest)
 
 

@@ -20,7 +20,7 @@ import json
 import os
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -45,7 +45,7 @@ from ctrlrun.kernel.checkpoint import (
     sign_statement,
     verified,
 )
-from ctrlrun.kernel.receipt import ChainHead, ChainReport, describe
+from ctrlrun.kernel.receipt import GENESIS_HEAD, ChainHead, ChainReport, describe
 from ctrlrun.store.ops import Txn
 from ctrlrun.store.protocol import StateStore
 from ctrlrun.store.stats import refresh_stats
@@ -61,6 +61,7 @@ __all__ = [
     "Pruned",
     "WebhookSink",
     "checkpoint_heads",
+    "heads_by_partition",
     "load_checkpoints",
     "make_checkpoint",
     "prune",
@@ -147,9 +148,17 @@ def checkpoint_heads(
     return tuple(partition_heads(checkpoints, partition))
 
 
+def heads_by_partition(checkpoints: Sequence[Checkpoint]) -> dict[int, tuple[ChainHead, ...]]:
+    """The ``(seq, hash)`` heads the checkpoints state, per partition they name, for
+    ``StateStore.verify_chain(checkpoints=…)``."""
+    named = max((len(c.heads) for c in checkpoints), default=1)
+    return {p: checkpoint_heads(checkpoints, p) for p in range(named)}
+
+
 def verify_store(store: StateStore, checkpoints: Sequence[Checkpoint] | None) -> ChainReport:
-    """``store.verify_chain`` against the heads of ``checkpoints`` (None: without any)."""
-    heads = None if checkpoints is None else checkpoint_heads(checkpoints)
+    """``store.verify_chain`` against the heads of ``checkpoints`` (None: without any), every
+    partition against its own."""
+    heads = None if checkpoints is None else heads_by_partition(checkpoints)
     return store.verify_chain(checkpoints=heads)
 
 
@@ -191,9 +200,9 @@ def make_checkpoint(
             earlier = load_checkpoints(file, public_key, origin=origin)
     report = verify_store(store, earlier)
     _refuse_broken(report, "checkpoint")
-    head = report.head
-    assert head is not None
-    body = checkpoint_body(origin, (PartitionHead(0, head.seq, head.hash),), now or utc_now())
+    heads = report.heads or (report.head,)
+    signed = tuple(PartitionHead(p, h.seq, h.hash) for p, h in enumerate(heads) if h is not None)
+    body = checkpoint_body(origin, signed, now or utc_now())
     checkpoint = _signed(body, private_key_pem)
     for sink in (*outside, *sinks):
         _deliver(sink, checkpoint)
@@ -268,7 +277,8 @@ def prune(store: StateStore, before: datetime, checkpoints: Sequence[Checkpoint]
     ``ctrlrun stats`` still counts what was pruned."""
     report = verify_store(store, checkpoints)
     _refuse_broken(report, "prune")
-    candidates = [c for c in checkpoints if c.time < before and c.heads[0].seq > report.anchor.seq]
+    anchors = store.chain_anchors()
+    candidates = [c for c in checkpoints if c.time < before and _covers(c, anchors)]
     if not candidates:
         raise ChainRefused(
             "no checkpoint made before that date covers receipts the store still holds;"
@@ -276,35 +286,48 @@ def prune(store: StateStore, before: datetime, checkpoints: Sequence[Checkpoint]
             reason=ChainRefusal.NO_CHECKPOINT,
             operation="prune",
         )
-    chosen = max(candidates, key=lambda c: (c.heads[0].seq, c.time))
+    chosen = max(candidates, key=lambda c: (c.time, sum(h.seq for h in c.heads)))
     # `ctrlrun stats` counts from a rollup of the receipts: fold what it has not reached yet
-    # (everything up to today's head, beyond the anchor), so pruned receipts stay counted
+    # (everything up to today's heads, beyond the anchors), so pruned receipts stay counted
     refresh_stats(store)
-    return store.transact(lambda txn: _prune_in_txn(txn, chosen))
+    return store.transact(lambda txn: _prune_in_txn(txn, chosen, anchors))
 
 
-def _prune_in_txn(txn: Txn, checkpoint: Checkpoint) -> Pruned:
-    anchor = checkpoint.heads[0].head
-    txn.one("chain_head_lock", {})  # serialises with receipt writers and other prunes
-    row = txn.one("receipt_at", {"seq": anchor.seq})
-    if row is None or row["hash"] != anchor.hash:
-        raise ChainRefused(
-            f"receipt {anchor.seq} is not the one the checkpoint states; nothing was removed",
-            reason=ChainRefusal.CHAIN_BROKEN,
-            operation="prune",
+def _covers(checkpoint: Checkpoint, anchors: Mapping[int, ChainHead]) -> bool:
+    """Whether ``checkpoint`` states a head beyond where some partition's chain now starts."""
+    return any(h.seq > anchors.get(h.partition, GENESIS_HEAD).seq for h in checkpoint.heads)
+
+
+def _prune_in_txn(txn: Txn, checkpoint: Checkpoint, anchors: Mapping[int, ChainHead]) -> Pruned:
+    """Each partition the checkpoint carries beyond its anchor, cut at the checkpoint's head:
+    its receipts, their actions' events, and its anchor moved there."""
+    receipts = events = 0
+    before = txn.ts(checkpoint.time)
+    for head in checkpoint.heads:
+        if head.seq <= anchors.get(head.partition, GENESIS_HEAD).seq:
+            continue
+        at = {"partition": head.partition, "seq": head.seq}
+        txn.one("chain_head_lock", at)  # serialises with this chain's writers and prunes
+        row = txn.one("receipt_at", at)
+        if row is None or row["hash"] != head.hash:
+            raise ChainRefused(
+                f"receipt {head.seq} of partition {head.partition} is not the one the"
+                " checkpoint states; nothing was removed",
+                reason=ChainRefusal.CHAIN_BROKEN,
+                operation="prune",
+            )
+        events += txn.run("prune_events", {**at, "before": before})
+        receipts += txn.run("prune_receipts", at)
+        txn.run(
+            "anchor_set",
+            {
+                "partition_id": head.partition,
+                "seq": head.seq,
+                "hash": head.hash,
+                "statement": checkpoint.statement,
+                "anchored_at": txn.ts(txn.now),
+            },
         )
-    events = txn.run("prune_events", {"before": txn.ts(checkpoint.time), "seq": anchor.seq})
-    receipts = txn.run("prune_receipts", {"seq": anchor.seq})
-    cutoff = {"before": txn.ts(checkpoint.time)}
+    cutoff = {"before": before}
     budget_rows = txn.run("budget_prune_charges", cutoff) + txn.run("budget_prune_windows", cutoff)
-    txn.run(
-        "anchor_set",
-        {
-            "partition_id": 0,
-            "seq": anchor.seq,
-            "hash": anchor.hash,
-            "statement": checkpoint.statement,
-            "anchored_at": txn.ts(txn.now),
-        },
-    )
-    return Pruned(anchor, receipts, events, checkpoint, budget_rows)
+    return Pruned(checkpoint.heads[0].head, receipts, events, checkpoint, budget_rows)

@@ -19,7 +19,8 @@ from ctrlrun.config import load_policy_text
 from ctrlrun.errors import AmbiguousEffect, DuplicateEffect, DuplicateState
 from ctrlrun.kernel.effect import EffectState
 from ctrlrun.kernel.event import EventDraft, EventType
-from ctrlrun.kernel.receipt import ChainHead, ReceiptDraft, chain_receipt
+from ctrlrun.kernel.partition import receipt_partition
+from ctrlrun.kernel.receipt import ChainHead, ReceiptDraft, chain_receipt, draft_in_partition
 from ctrlrun.store.ops.actions import start_action_in_txn
 from ctrlrun.store.postgres.witness import Evidence, Verdict, Write
 from ctrlrun.store.protocol import FinishRequest, StartRequest
@@ -131,16 +132,17 @@ class TestTheChainLinkedOnTheServer:
     @pytest.mark.parametrize("prepared", [False, True], ids=["mapping", "ReceiptDraft"])
     def test_each_receipt_is_exactly_what_the_kernel_would_have_linked(self, direct, prepared):
         """A plain mapping is encoded whole; a ``ReceiptDraft`` renders the template from its
-        prepared parts: the same stored bytes and hash as ``chain_receipt`` either way."""
-        head = direct.chain_head()
+        prepared parts: the same stored bytes and hash as ``chain_receipt`` either way, in
+        the partition the kernel picks (stating it, off partition 0)."""
         for fields in DRAFTS:
             draft = ReceiptDraft(dict(fields), {}) if prepared else fields
+            p = receipt_partition(fields.get("effect_key"), fields["action_id"], direct.partitions)
+            head = direct.chain_heads()[p]
             stored = direct.record((), draft)
-            assert stored is not None
-            seq, text, digest = chain_receipt(draft, ChainHead(head.seq, head.hash))
+            assert stored is not None and stored.partition == p
+            seq, text, digest = chain_receipt(draft_in_partition(draft, p), head)
             assert (stored.seq, stored.text, stored.hash) == (seq, text, digest)
-            head = direct.chain_head()
-            assert (head.seq, head.hash) == (seq, digest)
+            assert direct.chain_heads()[p] == (seq, digest)
         report = direct.verify_chain()
         assert report.ok and report.verified == len(DRAFTS)
 
@@ -158,7 +160,9 @@ class TestTheChainLinkedOnTheServer:
         for n in range(3):
             action = Action("stripe.refund", {"payment_id": f"p{n}", "amount": 1}, Principal("b"))
             receipt = control.execute(action, lambda **_: None)
-            assert receipt["seq"] == n + 1 and receipt["result"] == "committed"
+            p = receipt_partition(f"refund:p{n}", receipt["action_id"], direct.partitions)
+            assert receipt.partition == p and receipt["result"] == "committed"
+            assert receipt["seq"] == direct.chain_heads()[p].seq
         assert direct.verify_chain().ok
 
 
@@ -276,8 +280,9 @@ def test_finish_request_without_an_outcome_writes_only_the_receipt(direct):
 
 @pytest.mark.timeout(120)
 def test_eight_threads_appending_at_once_leave_one_unbroken_chain(direct):
-    """The server links each receipt under the head lock: concurrent protected calls on
-    distinct keys (one connection per thread) leave seq 1..N, every link right."""
+    """The server links each receipt under its partition's head lock: concurrent protected
+    calls on distinct keys (one connection per thread) leave each chain seq 1..n, every
+    link right, the 120 receipts spread over the store's 64 chains."""
     import threading
 
     control = Control(load_policy_text(POLICY), direct)
@@ -299,8 +304,12 @@ def test_eight_threads_appending_at_once_leave_one_unbroken_chain(direct):
         thread.join(90)
     assert errors == [] and not any(t.is_alive() for t in threads)
     report = direct.verify_chain()
-    assert report.ok and report.verified == 120
-    assert sorted(r.seq for r in direct.receipts()) == list(range(1, 121))
+    assert report.ok and report.verified == 120 and direct.partitions == 64
+    chains: dict[int, list[int]] = {}
+    for receipt in direct.receipts():
+        chains.setdefault(receipt.partition, []).append(receipt.seq or 0)
+    assert all(sorted(seqs) == list(range(1, len(seqs) + 1)) for seqs in chains.values())
+    assert len(chains) > 30 and sum(map(len, chains.values())) == 120
 
 
 class TestTheBinder:

@@ -160,7 +160,15 @@ def test_a_consumed_approval_is_consumed_once_and_never_reset(roles):
         " 'committed', 'act_1', 1)",
         # an outcome cannot be written over a finished attempt through the folded function
         "SELECT * FROM ctrlrun_finish_effect(%(key)s, 'failed', NULL, NULL, NULL, NULL, 't',"
-        " 'committed', 'act_1', 1, NULL, '[]', 'rcp_x', 'act_1', NULL, 'failed', '{}', 'a', 'b')",
+        " 'committed', 'act_1', 1, NULL, '[]', 'rcp_x', 'act_1', NULL, 'failed', '{}', 'a', 'b',"
+        " 0)",
+        # a receipt goes only into a chain the store keeps (it has 64: 0..63)
+        "SELECT * FROM ctrlrun_record_receipt(NULL, '[]', 'rcp_y', 'act_y', NULL, 'denied',"
+        " '{}', 'a', 'b', 64)",
+        "SELECT * FROM ctrlrun_record_receipt(NULL, '[]', 'rcp_y', 'act_y', NULL, 'denied',"
+        " '{}', 'a', 'b', -1)",
+        "SELECT * FROM ctrlrun_record_receipt(NULL, '[]', 'rcp_y', 'act_y', NULL, 'denied',"
+        " '{}', 'a', 'b', NULL)",
         # a request is made pending, never granted
         "SELECT ctrlrun_request_approval('apr_9', 'h', '{}', 'p', 'granted', now(),"
         " now() + interval '1 day', 1, '[]')",
@@ -168,7 +176,15 @@ def test_a_consumed_approval_is_consumed_once_and_never_reset(roles):
         "SELECT ctrlrun_insert_effect('k2', 'committed', 'act_9', 1, now(), now(),"
         " now() + interval '1 minute', 't')",
     ],
-    ids=["move_committed", "finish_committed", "request_granted", "insert_committed"],
+    ids=[
+        "move_committed",
+        "finish_committed",
+        "partition_past_the_last",
+        "partition_negative",
+        "partition_null",
+        "request_granted",
+        "insert_committed",
+    ],
 )
 def test_the_functions_check_what_they_are_given(roles, call):
     agent = PostgresStateStore(roles.agent_url, schema=roles.schema)
@@ -193,14 +209,14 @@ def test_the_agent_appends_receipts_only_linked_to_the_head(roles):
     with roles.as_agent() as conn:
         row = conn.execute(
             "SELECT * FROM ctrlrun_record_receipt(NULL, '[]', 'rcp_a', 'act_a', NULL,"
-            " 'committed', '{\"prev_hash\":\"P\",\"seq\":S}', 'S', 'P')"
+            " 'committed', '{\"prev_hash\":\"P\",\"seq\":S}', 'S', 'P', 0)"
         ).fetchone()
     genesis = "sha256:" + "0" * 64
     document = '{"prev_hash":"' + genesis + '","seq":1}'
     assert row is not None and (row[0], row[1]) == (1, document)
     assert row[2] == "sha256:" + hashlib.sha256(document.encode()).hexdigest()
     with roles.superuser() as conn:
-        head = conn.execute("SELECT seq, hash FROM receipt_chain").fetchone()
+        head = conn.execute("SELECT seq, hash FROM receipt_chain WHERE partition_id = 0").fetchone()
     assert head == (1, row[2])
 
 

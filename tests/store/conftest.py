@@ -58,7 +58,11 @@ class PostgresBackend(Backend):
     def open(self, clock: Any = None) -> Any:
         from ctrlrun.postgres import PostgresStateStore
 
-        return PostgresStateStore(self.pg_schema.url, schema=self.pg_schema.schema, clock=clock)
+        # one chain, as SQLite keeps it: these tests cut, reorder and tamper by seq; several
+        # chains are proven by test_partitions.py
+        return PostgresStateStore(
+            self.pg_schema.url, schema=self.pg_schema.schema, clock=clock, partitions=1
+        )
 
     def tamper(self, *statements: str) -> None:
         with self.pg_schema.connect() as conn:  # search_path = the store's schema

@@ -77,7 +77,7 @@ def test_a_cut_tail_with_a_rewound_head_is_named(signed):
     # the newest four receipts deleted and the head rewound to receipt 4: consistent again
     backend.tamper(
         "DELETE FROM receipts WHERE seq > 4",
-        f"UPDATE receipt_chain SET seq = 4, hash = '{rows[3].hash}' WHERE id = 1",
+        f"UPDATE receipt_chain SET seq = 4, hash = '{rows[3].hash}'",  # the one head row
     )
     assert backend.open().verify_chain().ok  # what every verifier said before checkpoints
     report = judged(backend, file)
@@ -94,7 +94,7 @@ def test_a_rewrite_before_the_checkpoint_with_every_hash_recomputed_is_named(sig
     # Mallory rebuilds the chain from receipt 2 on with an altered amount: every link and the
     # head are consistent, so the chain alone cannot tell
     backend.tamper("DELETE FROM receipts WHERE seq >= 2")
-    backend.tamper(f"UPDATE receipt_chain SET seq = 1, hash = '{rows[0].hash}' WHERE id = 1")
+    backend.tamper(f"UPDATE receipt_chain SET seq = 1, hash = '{rows[0].hash}'")  # the one head row
     fresh = backend.open()
     for index in range(2, 9):
         fresh.record(
@@ -142,7 +142,7 @@ def test_a_second_checkpoint_refuses_to_sign_a_cut_chain(signed):
     rows = backend.open().receipts()
     backend.tamper(
         "DELETE FROM receipts WHERE seq > 3",
-        f"UPDATE receipt_chain SET seq = 3, hash = '{rows[2].hash}' WHERE id = 1",
+        f"UPDATE receipt_chain SET seq = 3, hash = '{rows[2].hash}'",  # the one head row
     )
     before = file.read_text()
     with pytest.raises(ChainRefused) as refused:
@@ -192,7 +192,7 @@ def test_a_lost_tail_whose_seqs_were_reused_is_named(signed):
     rows = backend.open().receipts()
     backend.tamper(
         "DELETE FROM receipts WHERE seq > 3",
-        f"UPDATE receipt_chain SET seq = 3, hash = '{rows[2].hash}' WHERE id = 1",
+        f"UPDATE receipt_chain SET seq = 3, hash = '{rows[2].hash}'",  # the one head row
     )
     store = backend.open()
     for index in range(4, 10):

@@ -42,6 +42,23 @@ ALLOWED: dict[str, str] = {
     " re-read recognises its own effect write by the token (SQLite's COMMIT is a local call)",
     "receipts key ('receipt_id',) only on postgres": "that re-read finds its receipt by id;"
     " SQLite never looks one up",
+    **dict.fromkeys(
+        [
+            "receipt_chain key ('id',) only on sqlite",
+            "receipt_chain key ('partition_id',) only on postgres",
+            "receipt_chain.id only on sqlite",
+            "receipt_chain.partition_id only on postgres",
+            "receipts key ('partition_id', 'seq') only on postgres",
+            "receipts key ('seq',) only on sqlite",
+            "receipts.partition_id only on postgres",
+            "stats_mark key ('id',) only on sqlite",
+            "stats_mark key ('partition_id',) only on postgres",
+            "stats_mark.id only on sqlite",
+            "stats_mark.partition_id only on postgres",
+        ],
+        "SQLite keeps one receipt chain (decision 0029: its writers take turns on the file),"
+        " so its head, receipts and stats mark need no partition",
+    ),
 }
 
 

@@ -12,6 +12,8 @@ import pytest
 
 from ctrlrun.canonical import canonical_text, sha256_hex
 from ctrlrun.errors import InvalidArgument
+from ctrlrun.kernel.evidence_check import EvidenceSnapshot, partition_checkpoints, verify_evidence
+from ctrlrun.kernel.held import HeldStatus, StoredIndex, check_held
 from ctrlrun.kernel.partition import (
     DEFAULT_PARTITIONS_POSTGRES,
     DEFAULT_PARTITIONS_SQLITE,
@@ -142,3 +144,90 @@ class TestBoundToItsChain:
         report = verify_chain(rows[:2], ChainHead(2, rows[1].hash or ""), checkpoints=[head])
         tail = [b for b in report.breaks if b.kind is BreakKind.TAIL_CUT]
         assert describe(tail[0], 3).startswith("receipts up to seq 4 of partition 3")
+
+
+def stored(n: int, partition: int) -> tuple[list[StoredReceipt], ChainHead]:
+    """``build``'s rows as a store reads them: each with its ``partition_id`` column."""
+    rows, head = build(n, partition)
+    return [replace(row, partition=partition) for row in rows], head
+
+
+class TestEveryChainOneVerifier:
+    """``kernel.evidence_check`` over a snapshot of several chains (pure: no store)."""
+
+    def snapshot(self, **overrides: object) -> EvidenceSnapshot:
+        zero, head0 = stored(2, 0)
+        two, head2 = stored(3, 2)
+        fields: dict[str, object] = {
+            "receipts": tuple(zero + two),
+            "head": head0,
+            "heads": (head0, GENESIS_HEAD, head2),
+        }
+        fields.update(overrides)
+        return EvidenceSnapshot(**fields)  # type: ignore[arg-type]
+
+    def test_each_chain_is_walked_against_its_own_head(self):
+        report = verify_evidence(self.snapshot())
+        assert report.ok and report.verified == 5 and report.total == 5
+        assert report.partitions == 3 and report.heads[2].seq == 3
+
+    def test_a_break_is_named_in_its_chain(self):
+        zero, _head0 = stored(2, 0)
+        two, _head2 = stored(3, 2)
+        two[1] = replace(two[1], text=two[1].text.replace('"n":1', '"n":7'))
+        report = verify_evidence(self.snapshot(receipts=tuple(zero + two)))
+        assert [(b.kind, b.partition, b.seq) for b in report.breaks] == [
+            (BreakKind.CONTENT_ALTERED, 2, 2)
+        ]
+
+    def test_a_row_in_a_chain_the_store_does_not_keep_links_to_nothing(self):
+        zero, _head0 = stored(2, 0)
+        lost = replace(zero[0], partition=7)
+        report = verify_evidence(self.snapshot(receipts=(*zero, lost)))
+        assert (BreakKind.LINK_BROKEN, 7, 1) in [
+            (b.kind, b.partition, b.seq) for b in report.breaks
+        ]
+
+    def test_a_missing_head_is_never_ok(self):
+        _zero, head0 = stored(2, 0)
+        report = verify_evidence(self.snapshot(heads=(head0, None, stored(3, 2)[1])))
+        assert not report.ok
+
+    def test_checkpoints_are_judged_per_chain(self):
+        two, head2 = stored(3, 2)
+        cut = self.snapshot(
+            receipts=tuple(stored(2, 0)[0] + two[:2]),
+            heads=(stored(2, 0)[1], GENESIS_HEAD, ChainHead(2, two[1].hash or "")),
+            checkpoints={2: [head2]},
+        )
+        kinds = {(b.kind, b.partition) for b in verify_evidence(cut).breaks}
+        assert kinds == {(BreakKind.TAIL_CUT, 2), (BreakKind.HEAD_REWOUND, 2)}
+
+    def test_a_checkpointed_chain_whose_head_row_is_gone_is_a_cut_tail(self):
+        _, head5 = stored(2, 5)
+        report = verify_evidence(self.snapshot(checkpoints={5: [head5], 0: []}))
+        assert [(b.kind, b.partition, b.seq) for b in report.breaks] == [(BreakKind.TAIL_CUT, 5, 2)]
+        one = EvidenceSnapshot(*stored(2, 0), checkpoints={3: [head5]})
+        assert [(b.kind, b.partition) for b in verify_evidence(one).breaks] == [
+            (BreakKind.TAIL_CUT, 3)
+        ]
+
+    def test_a_sequence_of_checkpoints_is_partition_0s(self):
+        _, head0 = stored(2, 0)
+        assert partition_checkpoints([head0], 0) == [head0]
+        assert partition_checkpoints([head0], 1) == ()
+        assert partition_checkpoints({1: [head0]}, 0) == ()
+        assert partition_checkpoints(None, 0) is None
+
+
+class TestAHeldCopyIsFoundInItsChain:
+    def test_a_seq_reused_in_another_chain_is_not_a_replacement(self):
+        zero, _ = stored(1, 0)
+        two, _ = stored(1, 2)
+        held = {**json.loads(two[0].text), "receipt_id": "rcp_other"}
+        text = canonical_text(held)
+        copy = {**held, "hash": sha256_hex(text.encode())}
+        index = StoredIndex([*zero, replace(two[0], receipt_id="rcp_2_0")])
+        check = check_held(copy, index)
+        assert check.status is HeldStatus.REPLACED and "of partition 2" in check.detail
+        assert check_held(copy, StoredIndex(zero)).status is HeldStatus.MISSING

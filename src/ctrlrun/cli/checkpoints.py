@@ -128,6 +128,9 @@ def checkpoint(  # noqa: PLR0917 - click passes one argument per option
         return
     places = ", ".join([file, *([webhook] if webhook else []), "the store"])
     say(f"checkpoint {when(made.time)}: partition 0 at seq {head.seq} ({head.hash})")
+    if len(made.heads) > 1:
+        receipts = sum(h.seq for h in made.heads)
+        say(f"and {len(made.heads) - 1} more partitions: {receipts} receipts signed in all")
     say(f"appended to {places}")
 
 

@@ -8,6 +8,7 @@ from typing import Final
 import click
 
 from ctrlrun.cli.common import Refusal, say, store_url_option
+from ctrlrun.kernel.partition import MAX_PARTITIONS
 from ctrlrun.runtime.locate import default_store_path, policy_path
 from ctrlrun.store.url import redacted
 
@@ -63,12 +64,20 @@ def shown(path: Path) -> str:
 
 @click.command()
 @store_url_option
-def init(store_url: str | None) -> None:
+@click.option(
+    "--partitions",
+    type=click.IntRange(1, MAX_PARTITIONS),
+    default=None,
+    help="Receipt chains a new Postgres store keeps (default 64; fixed once created).",
+)
+def init(store_url: str | None, partitions: int | None) -> None:
     """Write a commented starter ctrlrun.yaml (or $CTRLRUN_CONFIG) and create the store.
 
     The store is .ctrlrun/state.db beside the policy unless --store-url (or
     $CTRLRUN_STORE_URL) names another. An existing policy is never overwritten: beside one,
     init creates only the missing store (and says it kept the policy as it is).
+    --partitions chooses how many receipt chains a new Postgres store keeps (SQLite keeps
+    one); an existing store opened with another count is refused.
     """
     from ctrlrun.store import open_store, parse_store_url
     from ctrlrun.store.sqlite import SQLiteStateStore
@@ -79,10 +88,18 @@ def init(store_url: str | None) -> None:
         raise Refusal(f"{shown(policy)} exists and is not a policy file; nothing written")
     if store_url:
         parse_store_url(store_url)  # a malformed URL is refused before anything is written
+    elif partitions not in (None, 1):
+        raise Refusal(
+            f"a SQLite store keeps one receipt chain, not {partitions} (its writers take turns"
+            " on the file); give --store-url postgresql://… for several; nothing written"
+        )
     target = default_store_path(policy)
     existed = target.exists() and not store_url
+    chains = 1
     if store_url:
-        open_store(store_url).close()
+        store = open_store(store_url, partitions=partitions)
+        chains = store.partitions
+        store.close()
     else:
         target.parent.mkdir(mode=0o700, exist_ok=True)  # private: it holds the evidence
         SQLiteStateStore(target).close()
@@ -93,7 +110,8 @@ def init(store_url: str | None) -> None:
             out.write(STARTER_POLICY)
         say(f"wrote {shown(policy)}: 5 actions; anything it does not name is denied")
     where = redacted(store_url) if store_url else shown(target)
-    say(f"{'kept the existing' if existed else 'created'} store {where}")
+    kept_or_made = "kept the existing" if existed else "created"
+    say(f"{kept_or_made} store {where}" + (f" ({chains} receipt chains)" if chains > 1 else ""))
     say(
         'next: protect a function with @ctrlrun.protect("stripe.refund"), or run'
         " `ctrlrun demo` to watch the refusals"

@@ -219,6 +219,8 @@ def _receipt_lines(found: Inspection) -> list[tuple[str, str]]:
     for receipt in found.receipts:
         document = read_document(receipt)
         seq = "-" if receipt.seq is None else str(receipt.seq)
+        if receipt.partition:
+            seq = f"{receipt.partition}:{seq}"
         if isinstance(document, str):
             lines.append(("receipt", f"seq {seq}  UNREADABLE  {receipt.receipt_id}  {document}"))
             continue

@@ -7,7 +7,7 @@ from typing import IO, Any, Final
 
 import click
 
-from ctrlrun.checkpoints import Checkpoint, checkpoint_heads
+from ctrlrun.checkpoints import Checkpoint, heads_by_partition
 from ctrlrun.cli.checkpoints import proof_options, proven_checkpoints
 from ctrlrun.cli.common import (
     Refusal,
@@ -19,6 +19,7 @@ from ctrlrun.cli.common import (
     who,
 )
 from ctrlrun.cli.held import check_file
+from ctrlrun.kernel.evidence_check import Checkpointed
 from ctrlrun.kernel.policy import Policy
 from ctrlrun.kernel.receipt import (
     BreakKind,
@@ -70,7 +71,10 @@ def cites(receipt: Receipt, control: str) -> bool:
 
 
 def _seq(receipt: Receipt) -> str:
-    return "-" if receipt.seq is None else str(receipt.seq)
+    """The receipt's place: its seq, prefixed ``P:`` in a partition other than 0."""
+    if receipt.seq is None:
+        return "-"
+    return f"{receipt.partition}:{receipt.seq}" if receipt.partition else str(receipt.seq)
 
 
 def _why(document: dict[str, Any]) -> str:
@@ -185,7 +189,7 @@ def _refuse_mixed(
 def _verify_chain(
     store_url: str | None, proven: Sequence[Checkpoint] | None, as_json: bool
 ) -> None:
-    heads = None if proven is None else checkpoint_heads(proven)
+    heads = None if proven is None else heads_by_partition(proven)
     with existing_store(store_url) as store:
         rows, report = chain_snapshot(store, heads, _located_policy())
     show_report(rows, report, as_json=as_json)
@@ -193,7 +197,7 @@ def _verify_chain(
 
 def chain_snapshot(
     store: StateStore,
-    checkpoints: Sequence[ChainHead] | None = None,
+    checkpoints: Checkpointed = None,
     policy: Policy | None = None,
 ) -> tuple[tuple[Receipt, ...], ChainReport]:
     """The receipts, and the store's own verdict over its chain (``store.verify_chain``: the
@@ -216,15 +220,23 @@ def _located_policy() -> Policy | None:
 
 def break_rows(rows: Sequence[Receipt], report: ChainReport) -> list[dict[str, Any]]:
     """Each break with the receipt it concerns, where one can be named."""
-    by_seq = {r.seq: r.receipt_id for r in rows if r.seq is not None}
+    by_seq = {(r.partition, r.seq): r.receipt_id for r in rows if r.seq is not None}
     unchained = iter(r.receipt_id for r in rows if r.seq is None)
     found = []
     for brk in report.breaks:
-        receipt_id = next(unchained, None) if brk.seq is None else by_seq.get(brk.seq)
+        receipt_id = (
+            next(unchained, None) if brk.seq is None else by_seq.get((brk.partition, brk.seq))
+        )
         if brk.kind not in _ROW_KINDS:
             receipt_id = None  # the seq names no row that is in the right place
         found.append(
-            {"kind": str(brk.kind), "seq": brk.seq, "receipt_id": receipt_id, "what": describe(brk)}
+            {
+                "kind": str(brk.kind),
+                "partition": brk.partition,
+                "seq": brk.seq,
+                "receipt_id": receipt_id,
+                "what": describe(brk),
+            }
         )
     return found
 
@@ -255,6 +267,8 @@ def _where(report: ChainReport) -> str:
     """The summary's tail: the head, where the chain starts when pruned, and the newest
     checkpoint it was judged against."""
     parts = ["head row missing" if report.head is None else f"head seq {report.head.seq}"]
+    if report.partitions > 1:
+        parts = [f"{report.partitions} chains, partition 0's {parts[0]}"]
     if report.anchor.seq:
         parts.append(f"starts after seq {report.anchor.seq} (pruned)")
     if report.checkpointed is not None:
@@ -275,6 +289,8 @@ def show_report(rows: Sequence[Receipt], report: ChainReport, *, as_json: bool) 
                 "head": _head_json(head),
                 "anchor": _head_json(report.anchor),
                 "checkpointed": _head_json(report.checkpointed),
+                "partitions": report.partitions,
+                "heads": [_head_json(h) for h in report.heads or (head,)],
                 "breaks": breaks,
             }
         )
@@ -284,7 +300,9 @@ def show_report(rows: Sequence[Receipt], report: ChainReport, *, as_json: bool) 
         )
         lines = [
             (
-                "seq " + ("-" if b["seq"] is None else str(b["seq"])),
+                "seq "
+                + ("-" if b["seq"] is None else str(b["seq"]))
+                + (f" of partition {b['partition']}" if b["partition"] else ""),
                 b["kind"],
                 b["receipt_id"] or ("" if b["kind"] in _ROW_KINDS else b["what"]),
             )

@@ -21,12 +21,13 @@ def row(receipt: Any) -> dict[str, Any]:
         document: Any = receipt.document
     except ValueError as exc:
         document = f"unreadable: {exc}"
+    seq = place(receipt.partition, receipt.seq)
     if not isinstance(document, dict):
-        return {"seq": receipt.seq, "receipt_id": receipt.receipt_id, "unreadable": document}
+        return {"seq": seq, "receipt_id": receipt.receipt_id, "unreadable": document}
     principal = document.get("principal")
     agent = principal.get("agent") if isinstance(principal, dict) else principal
     return {
-        "seq": receipt.seq,
+        "seq": seq,
         "receipt_id": receipt.receipt_id,
         "action": document.get("action"),
         "agent": agent,
@@ -37,6 +38,13 @@ def row(receipt: Any) -> dict[str, Any]:
         "arguments": document.get("arguments"),
         "unreadable": None,
     }
+
+
+def place(partition: int, seq: int | None) -> str | None:
+    """Where a receipt sits: its seq, prefixed ``P:`` in a partition other than 0."""
+    if seq is None:
+        return None
+    return f"{partition}:{seq}" if partition else str(seq)
 
 
 def matches(shown: dict[str, Any], field: str, query: str) -> bool:
@@ -55,7 +63,7 @@ def routes(store: Any) -> list[Route]:
         field = request.query_params.get("field", "")
         receipts = await run_in_threadpool(store.receipts)
         report = await run_in_threadpool(store.verify_chain)
-        broken = {b.seq for b in report.breaks}
+        broken = {place(b.partition, b.seq) for b in report.breaks}
         rows = [r for r in (row(x) for x in receipts) if matches(r, field, query)]
         return page(
             request,

@@ -431,6 +431,31 @@ class StoreError(CtrlrunError):
         super().__init__(message, **fields)
 
 
+class PartitionRefusal(StrEnum):
+    """Why a store refused the receipt-partition count it was given."""
+
+    COUNT_DIFFERS = "count_differs"
+    """The store keeps another number of chains: the count is fixed when a store is created."""
+    NOT_SUPPORTED = "not_supported"
+    """The store keeps one chain only (SQLite: its writers take turns on the file anyway)."""
+
+
+class PartitionsMismatch(StoreError):
+    """The receipt-partition count given to an open is not the store's; nothing was written.
+    ``stored`` is the store's count, ``given`` the count asked for, ``reason`` why."""
+
+    _model_text = "Refused: the control store was opened with the wrong setup: {message}"
+
+    reason: PartitionRefusal
+    stored: int | None
+    given: int
+
+    def __init__(
+        self, message: str, *, reason: PartitionRefusal, stored: int | None, given: int
+    ) -> None:
+        super().__init__(message, reason=reason, stored=stored, given=given)
+
+
 class Unreachable(StoreError):
     """The document server could not be reached, failed, or its answer was lost on the way.
 

@@ -104,13 +104,15 @@ def evidence_breaks(snapshot: EvidenceSnapshot) -> Iterator[ChainBreak]:
 def _chain(snapshot: EvidenceSnapshot) -> ChainReport:
     """Every partition's chain walked by ``verify_chain``, the reports joined in partition
     order (``head``, ``anchor`` and ``checkpointed`` are partition 0's)."""
+    lost = tuple(_lost_partitions(snapshot.checkpoints, len(snapshot.heads) or 1))
     if not snapshot.heads:
-        return verify_chain(
+        report = verify_chain(
             snapshot.receipts,
             snapshot.head,
             anchor=snapshot.anchor,
             checkpoints=partition_checkpoints(snapshot.checkpoints, 0),
         )
+        return replace(report, breaks=report.breaks + lost) if lost else report
     count = len(snapshot.heads)
     rows: list[list[StoredReceipt]] = [[] for _ in range(count)]
     stray: list[ChainBreak] = []
@@ -132,11 +134,21 @@ def _chain(snapshot: EvidenceSnapshot) -> ChainReport:
     first = reports[0]
     return replace(
         first,
-        breaks=tuple(brk for report in reports for brk in report.breaks) + tuple(stray),
+        breaks=tuple(brk for report in reports for brk in report.breaks) + tuple(stray) + lost,
         verified=sum(report.verified for report in reports),
         total=len(snapshot.receipts),
         heads=snapshot.heads,
     )
+
+
+def _lost_partitions(checkpoints: Checkpointed, count: int) -> Iterator[ChainBreak]:
+    """A checkpointed chain the store no longer keeps (its head row gone): its tail is cut."""
+    if not isinstance(checkpoints, Mapping):
+        return
+    for partition, heads in sorted(checkpoints.items()):
+        newest = max((head.seq for head in heads), default=0)
+        if partition >= count and newest > 0:
+            yield ChainBreak(BreakKind.TAIL_CUT, newest, partition)
 
 
 def approval_breaks(snapshot: EvidenceSnapshot) -> Iterator[ChainBreak]:

@@ -22,6 +22,7 @@ from typing import Any
 
 from ctrlrun.canonical import canonical_text, sha256_hex
 from ctrlrun.errors import InvalidArgument
+from ctrlrun.kernel.partition import stated_partition
 from ctrlrun.kernel.receipt import Receipt
 
 
@@ -60,15 +61,15 @@ class HeldCheck:
 
 
 class StoredIndex:
-    """The store's receipts by id and by seq."""
+    """The store's receipts by id and by place (partition, seq)."""
 
     def __init__(self, stored: Iterable[Receipt]) -> None:
         self.by_id: dict[str, Receipt] = {}
-        self.by_seq: dict[int, Receipt] = {}
+        self.by_seq: dict[tuple[int, int], Receipt] = {}
         for receipt in stored:
             self.by_id[receipt.receipt_id] = receipt
             if receipt.seq is not None:
-                self.by_seq[receipt.seq] = receipt
+                self.by_seq[(receipt.partition, receipt.seq)] = receipt
 
 
 def check_held(held: Any, index: StoredIndex) -> HeldCheck:
@@ -94,14 +95,17 @@ def check_held(held: Any, index: StoredIndex) -> HeldCheck:
             found=shown_id,
             detail="the store holds this receipt id with different content",
         )
-    other = index.by_seq.get(shown_seq) if shown_seq is not None else None
+    partition = stated_partition(document)
+    place = None if shown_seq is None or partition is None else (partition, shown_seq)
+    other = index.by_seq.get(place) if place is not None else None
     if other is not None:
         return HeldCheck(
             shown_id,
             shown_seq,
             HeldStatus.REPLACED,
             found=other.receipt_id,
-            detail=f"seq {shown_seq} now holds another receipt",
+            detail=f"seq {shown_seq}{f' of partition {partition}' if partition else ''} now"
+            " holds another receipt",
         )
     return HeldCheck(shown_id, shown_seq, HeldStatus.MISSING, detail="not in the store")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ctrlrun._time import Clock
-from ctrlrun.errors import InvalidArgument
+from ctrlrun.errors import InvalidArgument, PartitionRefusal, PartitionsMismatch
 from ctrlrun.store.budgets import peek_budget
 from ctrlrun.store.protocol import FinishRequest, Started, StartRequest, StateStore
 from ctrlrun.store.url import StoreURL, parse_store_url
@@ -33,6 +33,7 @@ def open_store(
     existing: bool = False,
     read_only: bool = False,
     create: bool = True,
+    partitions: int | None = None,
 ) -> StateStore:
     """Open the store ``url`` names. Without ``create``, a missing or empty store is
     ``StoreNotFound`` (an existing one is still migrated). With ``existing``, create and
@@ -40,12 +41,27 @@ def open_store(
     answer from the shell). With
     ``read_only`` (which implies ``existing``), also write nothing: a SQLite file is opened
     ``mode=ro`` and can be read on read-only media; a Postgres store needs only ``USAGE`` on
-    the schema and ``SELECT`` on its tables."""
+    the schema and ``SELECT`` on its tables.
+
+    ``partitions`` (or the Postgres URL's ``ctrlrun_partitions``) is how many receipt chains a
+    new store is created with (Postgres default 64; SQLite keeps one); an existing store
+    given another count refuses to open (``PartitionsMismatch``)."""
     parsed = parse_store_url(url)
+    if partitions is not None and parsed.partitions is not None and partitions != parsed.partitions:
+        raise InvalidArgument("the store URL and the partitions argument name different counts")
+    partitions = partitions if partitions is not None else parsed.partitions
     existing = existing or read_only
     if parsed.kind == "sqlite":
         from ctrlrun.store.sqlite import SQLiteStateStore
 
+        if partitions not in (None, 1):  # refused before the file is touched
+            raise PartitionsMismatch(
+                f"a SQLite store keeps one receipt chain, not {partitions}: its writers take"
+                " turns on the file, so more chains buy nothing (use Postgres for several)",
+                reason=PartitionRefusal.NOT_SUPPORTED,
+                stored=1,
+                given=int(partitions or 1),
+            )
         if existing:
             return SQLiteStateStore.open_existing(parsed.target, clock=clock, read_only=read_only)
         return SQLiteStateStore(parsed.target, clock=clock, create=create)
@@ -56,10 +72,32 @@ def open_store(
             raise InvalidArgument("this build of ctrlrun has no Postgres store") from exc
         raise
     if existing:
-        return PostgresStateStore.open_existing(parsed.target, schema=parsed.schema, clock=clock)
+        store = PostgresStateStore.open_existing(parsed.target, schema=parsed.schema, clock=clock)
+        if partitions is not None:
+            check_partitions(store, partitions)
+        return store
     durability: dict[str, Any] = {"require_sync": parsed.require_sync}
     if parsed.commit_timeout is not None:
         durability["commit_timeout"] = parsed.commit_timeout
     return PostgresStateStore(
-        parsed.target, schema=parsed.schema, clock=clock, create=create, **durability
+        parsed.target,
+        schema=parsed.schema,
+        clock=clock,
+        create=create,
+        partitions=partitions,
+        **durability,
     )
+
+
+def check_partitions(store: StateStore, given: int) -> None:
+    """``PartitionsMismatch`` unless ``store`` keeps ``given`` receipt chains."""
+    stored = store.partitions
+    if stored != given:
+        store.close()
+        raise PartitionsMismatch(
+            f"the store keeps {stored} receipt partition(s), not {given}: the count is fixed"
+            " when a store is created",
+            reason=PartitionRefusal.COUNT_DIFFERS,
+            stored=stored,
+            given=given,
+        )

@@ -18,6 +18,7 @@ here (Postgres folds the protected call's transactions into one message each,
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
@@ -36,6 +37,7 @@ from ctrlrun.kernel.effect import EffectRecord, EffectState
 from ctrlrun.kernel.event import Event, EventDraft
 from ctrlrun.kernel.evidence_check import (
     ApprovalEvidence,
+    Checkpointed,
     EvidenceSnapshot,
     cited_approvals,
     verify_evidence,
@@ -249,30 +251,38 @@ class SQLStore:
         )
         return tuple(codec.receipt_from_row(row) for row in rows)
 
+    @property
+    def partitions(self) -> int:
+        """See ``StateStore.partitions``: one chain unless the dialect keeps more."""
+        return 1
+
     def chain_head(self) -> ChainHead | None:
         """See ``StateStore.chain_head``."""
         rows = self._rows("chain_head_get")
-        if not rows:
-            return None
-        seq, digest = rows[0]["seq"], rows[0]["hash"]
-        if type(seq) is not int or not isinstance(digest, str):  # written behind our back
-            raise StoreError(
-                "the receipt chain head row cannot be read (its seq or hash has the wrong"
-                " type): the store was altered or damaged",
-                unreadable="receipt_chain",
-            )
-        return ChainHead(seq, digest)
+        return _head(rows[0]) if rows else None
+
+    def chain_heads(self) -> tuple[ChainHead | None, ...]:
+        """See ``StateStore.chain_heads``."""
+        found = {int(row["partition_id"]): _head(row) for row in self._rows("chain_heads_get")}
+        count = max(self.partitions, max(found, default=-1) + 1)
+        return tuple(found.get(p) for p in range(count))
 
     def chain_anchor(self) -> ChainHead | None:
         """See ``StateStore.chain_anchor``."""
-        rows = [r for r in self._rows("anchor_list") if int(r["partition_id"]) == 0]
-        return ChainHead(int(rows[0]["seq"]), rows[0]["hash"]) if rows else None
+        return self.chain_anchors().get(0)
+
+    def chain_anchors(self) -> dict[int, ChainHead]:
+        """See ``StateStore.chain_anchors``."""
+        return {
+            int(r["partition_id"]): ChainHead(int(r["seq"]), r["hash"])
+            for r in self._rows("anchor_list")
+        }
 
     def verify_chain(
         self,
         policy: Policy | None = None,
         *,
-        checkpoints: Sequence[ChainHead] | None = None,
+        checkpoints: Checkpointed = None,
     ) -> ChainReport:
         """See ``StateStore.verify_chain``."""
         return verify_evidence(self.evidence_snapshot(policy, checkpoints=checkpoints))
@@ -281,19 +291,31 @@ class SQLStore:
         self,
         policy: Policy | None = None,
         *,
-        checkpoints: Sequence[ChainHead] | None = None,
+        checkpoints: Checkpointed = None,
     ) -> EvidenceSnapshot:
-        """What the verifier judges, in one pass: the head, the anchor, the rows, the head
+        """What the verifier judges, in one pass: the heads, the anchors, the rows, the heads
         again. Receipts appended while the rows were read are left to the next verification
-        (``as_of_head``), so a busy store is judged as of the first head, never mistaken for
-        a broken one. Then the requests the rows cite, with their grants."""
-        before = self.chain_head()
-        anchor = self.chain_anchor()
+        (``as_of_head``, chain by chain), so a busy store is judged as of the first heads,
+        never mistaken for a broken one. Then the requests the rows cite, with their grants."""
+        before = self.chain_heads()
+        anchors = self.chain_anchors()
         rows = [codec.receipt_from_row(r, columns=True) for r in self._rows("receipt_list_verify")]
-        after = self.chain_head()
-        kept = tuple(as_of_head(rows, before, after))
+        after = self.chain_heads()
+        kept = tuple(
+            row
+            for p, (first, then) in enumerate(itertools.zip_longest(before, after))
+            for row in as_of_head([r for r in rows if r.partition == p], first, then)
+        ) + tuple(row for row in rows if not 0 <= row.partition < len(before))
+        heads = before or (None,)
         return EvidenceSnapshot(
-            kept, before, self._cited(kept), policy, anchor=anchor, checkpoints=checkpoints
+            kept,
+            heads[0],
+            self._cited(kept),
+            policy,
+            anchor=anchors.get(0),
+            checkpoints=checkpoints,
+            heads=heads if len(heads) > 1 else (),
+            anchors=anchors,
         )
 
     def _cited(self, rows: Sequence[Receipt]) -> dict[str, ApprovalEvidence]:
@@ -310,3 +332,15 @@ class SQLStore:
             for r in self.list_approvals()
             if r.approval_id in cited
         }
+
+
+def _head(row: Any) -> ChainHead:
+    """A head row as read, refused when its columns were written behind the store's back."""
+    seq, digest = row["seq"], row["hash"]
+    if type(seq) is not int or not isinstance(digest, str):
+        raise StoreError(
+            "the receipt chain head row cannot be read (its seq or hash has the wrong"
+            " type): the store was altered or damaged",
+            unreadable="receipt_chain",
+        )
+    return ChainHead(seq, digest)

@@ -143,6 +143,7 @@ def receipt_from_row(row: Row, *, columns: bool = False) -> StoredReceipt:
         hash=digest if isinstance(digest, str) else None,
         columns=(row["action_id"], row["effect_key"], row["result"]) if columns else None,
         unreadable="; ".join(wrong) or None,
+        partition=int(row["partition_id"]),
     )
 
 

@@ -24,14 +24,14 @@ def receipt_documents(
     store: StateStore, since: datetime | None = None, *, page: int = PAGE
 ) -> Iterator[dict[str, Any]]:
     """Each chained receipt's parsed document recorded at or after ``since`` (every one
-    without), in seq order. A document that does not parse as a JSON object is skipped: the
-    chain verifier, not a report, is where an altered receipt is named."""
-    after = 0
+    without), chain by chain in seq order. A document that does not parse as a JSON object
+    is skipped: the chain verifier, not a report, is where an altered receipt is named."""
+    after = (-1, 0)
     start = since or _EPOCH
     while True:
         rows = store.read(partial(_page, after=after, since=start, page=page))
         for row in rows:
-            after = int(row["seq"])
+            after = (int(row["partition_id"]), int(row["seq"]))
             document = parse_document(row["document"])
             if document is not None:
                 yield document
@@ -39,8 +39,9 @@ def receipt_documents(
             return
 
 
-def _page(txn: Txn, *, after: int, since: datetime, page: int) -> Sequence[Row]:
-    return txn.all("receipt_page", {"after": after, "since": txn.ts(since), "page": page})
+def _page(txn: Txn, *, after: tuple[int, int], since: datetime, page: int) -> Sequence[Row]:
+    cursor = {"after_partition": after[0], "after": after[1]}
+    return txn.all("receipt_page", {**cursor, "since": txn.ts(since), "page": page})
 
 
 def parse_document(text: Any) -> dict[str, Any] | None:

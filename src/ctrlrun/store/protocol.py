@@ -9,7 +9,7 @@ EXPIRED), which commit before the refusal is raised. Reads never transition anyt
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol, TypeVar, runtime_checkable
@@ -18,6 +18,7 @@ from ctrlrun.kernel.approval import ApprovalRecord, ApprovalRequestDraft, Approv
 from ctrlrun.kernel.budget import BudgetCharge, BudgetState
 from ctrlrun.kernel.effect import EffectRecord, EffectState, Reservation
 from ctrlrun.kernel.event import Event, EventDraft
+from ctrlrun.kernel.evidence_check import Checkpointed
 from ctrlrun.kernel.notify import Notice, NotifyTarget
 from ctrlrun.kernel.policy import Policy
 from ctrlrun.kernel.receipt import ChainHead, ChainReport, Receipt
@@ -242,24 +243,39 @@ class StateStore(Protocol):
         """Receipts in chain order (unchained rows last), optionally only one action's."""
         ...
 
+    @property
+    def partitions(self) -> int:
+        """How many receipt chains the store keeps, 0..N-1 (fixed when it was created)."""
+        ...
+
     def chain_head(self) -> ChainHead | None:
-        """The head row, or None if it is missing."""
+        """Partition 0's head row (the store's only one with one chain), or None if it is
+        missing."""
+        ...
+
+    def chain_heads(self) -> tuple[ChainHead | None, ...]:
+        """Every partition's head row, 0, 1, … (None where a row is missing)."""
         ...
 
     def chain_anchor(self) -> ChainHead | None:
-        """Where the stored chain starts after a prune: the checkpointed head the oldest
-        remaining receipt links to; None when it starts at genesis (never pruned)."""
+        """Where partition 0's stored chain starts after a prune: the checkpointed head the
+        oldest remaining receipt links to; None when it starts at genesis (never pruned)."""
+        ...
+
+    def chain_anchors(self) -> dict[int, ChainHead]:
+        """Where each pruned partition's stored chain starts (absent: genesis)."""
         ...
 
     def verify_chain(
         self,
         policy: Policy | None = None,
         *,
-        checkpoints: Sequence[ChainHead] | None = None,
+        checkpoints: Checkpointed = None,
     ) -> ChainReport:
-        """Every break of the stored evidence by kind and seq: the receipt chain's, walked
-        from ``chain_anchor``; with ``checkpoints`` (the heads signed checkpoints state,
-        already verified: ``ctrlrun.checkpoints.load_checkpoints``) also a cut tail, a rewound
+        """Every break of the stored evidence by kind, partition and seq: each receipt chain's,
+        walked from its anchor; with ``checkpoints`` (the heads signed checkpoints state per
+        partition, or for partition 0 alone; already verified:
+        ``ctrlrun.checkpoints.load_checkpoints``) also a cut tail, a rewound
         head, a rewrite before a checkpoint and an unproven anchor
         (``kernel.receipt.verify_chain``); and the approvals its receipts cite, judged under
         ``policy`` when its hash is the receipt's (``kernel.evidence_check``)."""

@@ -56,15 +56,20 @@ def refresh_stats(store: StateStore, *, page: int = PAGE) -> int:
 
 
 def _fold_page(txn: Txn, page: int) -> int:
-    row = txn.one("stats_mark_lock", {})  # held to commit: refreshers take turns
-    mark = int(row["seq"]) if row is not None else 0
-    rows = _receipts_after(txn, mark, page)
+    txn.one("stats_mark_lock", {})  # held to commit: refreshers take turns
+    rows = _unfolded(txn, (-1, 0), page)
     if not rows:
         return 0
     counts, opened = fold_receipts(_documents(rows))
     _write_counts(txn, counts, opened)
-    if txn.run("stats_mark_set", {"seq": int(rows[-1]["seq"]), "from_seq": mark}) != 1:
-        raise StoreError("the stats mark moved under its lock; nothing was folded")
+    # each chain's receipts in the page are the first ones past its mark: move it to the last
+    last: dict[int, tuple[int, int]] = {}
+    for row in rows:
+        last[int(row["partition_id"])] = (int(row["mark"]), int(row["seq"]))
+    for partition, (mark, seq) in last.items():
+        moved = {"partition": partition, "seq": seq, "from_seq": mark}
+        if txn.run("stats_mark_set", moved) != 1:
+            raise StoreError("the stats mark moved under its lock; nothing was folded")
     return len(rows)
 
 
@@ -98,13 +103,13 @@ def _window(txn: Txn, start: datetime, by: Dimension) -> StatsWindow:
     for row in txn.all("stats_counts", {**params, "dimension": str(by)}):
         key = RollupKey(_EPOCH, str(by), *(str(row[f]) for f in _KEY_TEXT))
         totals[key] += int(row["calls"])
-    mark = _mark(txn)
-    while rows := _receipts_after(txn, mark, PAGE):
+    after = (-1, 0)
+    while rows := _unfolded(txn, after, PAGE):
         tail, _ = fold_receipts(_documents(rows))
         for key, calls in tail.items():
             if key.bucket >= start and key.dimension == by:
                 totals[key._replace(bucket=_EPOCH)] += calls
-        mark = int(rows[-1]["seq"])
+        after = (int(rows[-1]["partition_id"]), int(rows[-1]["seq"]))
     approvals = tuple(
         ApprovalRow(
             str(r["status"]),
@@ -125,13 +130,10 @@ def _window(txn: Txn, start: datetime, by: Dimension) -> StatsWindow:
 _KEY_TEXT: Final = ("name", "decision", "result", "reason")
 
 
-def _mark(txn: Txn) -> int:
-    row = txn.one("stats_mark_get", {})
-    return int(row["seq"]) if row is not None else 0
-
-
-def _receipts_after(txn: Txn, after: int, page: int) -> Sequence[Row]:
-    return txn.all("receipt_page", {"after": after, "since": txn.ts(_EPOCH), "page": page})
+def _unfolded(txn: Txn, after: tuple[int, int], page: int) -> Sequence[Row]:
+    """The receipts past their chain's mark after ``(partition, seq)``, one page."""
+    cursor = {"after_partition": after[0], "after": after[1], "page": page}
+    return txn.all("stats_unfolded", cursor)
 
 
 def _documents(rows: Sequence[Row]) -> list[dict[str, Any]]:

@@ -14,10 +14,12 @@ from typing import Final
 from urllib.parse import quote, unquote
 
 from ctrlrun.errors import InvalidArgument
+from ctrlrun.kernel.partition import MAX_PARTITIONS
 
 SCHEMA_PARAM: Final = "ctrlrun_schema"
 COMMIT_TIMEOUT_PARAM: Final = "ctrlrun_commit_timeout"
 REQUIRE_SYNC_PARAM: Final = "ctrlrun_require_sync"
+PARTITIONS_PARAM: Final = "ctrlrun_partitions"
 _TRUTH: Final = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 FORMS: Final = "sqlite:///path/to/state.db or postgresql://…[?ctrlrun_schema=name]"
 SECRET_PARAMS: Final = frozenset({"password", "sslpassword"})
@@ -31,13 +33,16 @@ class StoreURL:
     """A parsed store URL: ``kind`` is ``sqlite`` or ``postgres``; ``target`` the file path or
     the driver URL (without ctrlrun's own parameters); ``schema`` the Postgres schema;
     ``commit_timeout`` (seconds, None when not given) and ``require_sync`` the Postgres
-    store's durability options (``ctrlrun_commit_timeout``, ``ctrlrun_require_sync``)."""
+    store's durability options (``ctrlrun_commit_timeout``, ``ctrlrun_require_sync``);
+    ``partitions`` the receipt chains a new store is created with (``ctrlrun_partitions``,
+    None when not given)."""
 
     kind: str
     target: str
     schema: str = "public"
     commit_timeout: float | None = None
     require_sync: bool = False
+    partitions: int | None = None
 
 
 def parse_store_url(url: str) -> StoreURL:
@@ -52,12 +57,14 @@ def parse_store_url(url: str) -> StoreURL:
         target, schemas = split_param(url, SCHEMA_PARAM)
         target, timeouts = split_param(target, COMMIT_TIMEOUT_PARAM)
         target, syncs = split_param(target, REQUIRE_SYNC_PARAM)
+        target, counts = split_param(target, PARTITIONS_PARAM)
         return StoreURL(
             "postgres",
             target,
             _one(SCHEMA_PARAM, schemas) or "public",
             commit_timeout=_seconds(_one(COMMIT_TIMEOUT_PARAM, timeouts)),
             require_sync=_truth(_one(REQUIRE_SYNC_PARAM, syncs)),
+            partitions=_count(_one(PARTITIONS_PARAM, counts)),
         )
     scheme = _SCHEME.match(url)
     if scheme is None:
@@ -88,6 +95,16 @@ def _seconds(value: str | None) -> float | None:
             " below 86400"
         )
     return seconds
+
+
+def _count(value: str | None) -> int | None:
+    if value is None:
+        return None
+    if not value.isdigit() or not 1 <= int(value) <= MAX_PARTITIONS:
+        raise InvalidArgument(
+            f"{PARTITIONS_PARAM} in the store URL must be a whole number from 1 to {MAX_PARTITIONS}"
+        )
+    return int(value)
 
 
 def _truth(value: str | None) -> bool:

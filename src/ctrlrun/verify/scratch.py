@@ -152,14 +152,18 @@ class PostgresScratch(_Handles):
             PostgresStateStore,
         )
 
-        store = PostgresStateStore(self.connection_url(), schema=self.schema, clock=clock)
+        # one chain: the guarantees cut and tamper by seq, as on SQLite
+        store = PostgresStateStore(
+            self.connection_url(), schema=self.schema, clock=clock, partitions=1
+        )
         self.opened.append(store)
         return store
 
     def url(self) -> str:
         from ctrlrun.conformance.store.backends import with_schema
+        from ctrlrun.store.url import PARTITIONS_PARAM, with_param
 
-        return with_schema(self.connection_url(), self.schema)
+        return with_param(with_schema(self.connection_url(), self.schema), PARTITIONS_PARAM, "1")
 
     def admin(self) -> Any:
         """A separate autocommit session (not the store's)."""
@@ -176,7 +180,9 @@ class PostgresScratch(_Handles):
         schema = sql.Identifier(self.schema)
         with self.admin() as conn, conn.transaction():
             conn.execute(sql.SQL("DELETE FROM {}.receipts WHERE seq > %s").format(schema), [seq])
-            rewind = sql.SQL("UPDATE {}.receipt_chain SET seq = %s, hash = %s WHERE id = 1")
+            rewind = sql.SQL(
+                "UPDATE {}.receipt_chain SET seq = %s, hash = %s WHERE partition_id = 0"
+            )
             conn.execute(rewind.format(schema), [seq, head_hash])
 
 

@@ -8,7 +8,7 @@ from typing import Any, Final
 from ctrlrun.canonical import GENESIS_HASH, sha256_hex
 from ctrlrun.kernel.effect import EffectState
 from ctrlrun.kernel.event import EventDraft, EventType
-from ctrlrun.kernel.receipt import BreakKind, Receipt, StoredReceipt, verify_chain
+from ctrlrun.kernel.receipt import BreakKind, ChainHead, Receipt, StoredReceipt, verify_chain
 from ctrlrun.store.ops.evidence import append_events_in_txn
 
 from .framework import Case, CaseContext, CaseFailed, check, finish, receipt_for, start
@@ -32,33 +32,58 @@ def _write_chain(ctx: CaseContext) -> tuple[Any, list[Receipt]]:
 
 
 def receipt_chain(ctx: CaseContext) -> str:
-    """Receipts are numbered 1..n in write order; each links to its predecessor's hash (the
-    first to genesis) and its hash is SHA-256 of the stored text; ``receipts()`` returns them
-    byte-identical; the head is (n, last hash); the chain verifies — and a copy with one
-    altered receipt does not (so the verification is not vacuous)."""
+    """Receipts are numbered 1..n in write order within their chain (partition: a store may
+    keep several, and states the partition in every receipt off partition 0); each links to
+    its chain predecessor's hash (the first to genesis) and its hash is SHA-256 of the stored
+    text; ``receipts()`` returns them byte-identical; each head is (n, last hash) of its
+    chain; the chains verify — and a copy with one altered receipt does not (so the
+    verification is not vacuous)."""
     store, written = _write_chain(ctx)
-    seqs = [r.seq for r in written]
-    check(seqs == list(range(1, len(written) + 1)), f"receipts numbered {seqs}, expected 1..n")
-    previous = GENESIS_HASH
+    heads = store.chain_heads()
+    chains: dict[int, list[StoredReceipt]] = {}
     for receipt in written:
-        document = receipt.document
-        check(receipt.hash == sha256_hex(receipt.text.encode()), f"seq {receipt.seq}: bad hash")
-        check(document.get("seq") == receipt.seq, f"seq {receipt.seq}: seq not in the document")
-        check(document.get("prev_hash") == previous, f"seq {receipt.seq}: broken link")
-        previous = receipt.hash or ""
-    check(list(store.receipts()) == written, "receipts() differs from what was returned")
+        chains.setdefault(receipt.partition, []).append(receipt)
+    for partition, chain in chains.items():
+        _check_linked(partition, chain, heads)
+    check(
+        sorted(store.receipts(), key=_place) == sorted(written, key=_place),
+        "receipts() differs from what was returned",
+    )
     check(store.receipts(ctx.action(1)) == (written[1],), "receipts(action_id) is not filtered")
-    head = store.chain_head()
-    check(head == (len(written), previous), f"head is {head}, expected ({len(written)}, last)")
     report = store.verify_chain()
     check(report.ok and report.verified == len(written), f"the chain does not verify: {report}")
+    first = chains[written[0].partition]
     altered = [
         StoredReceipt(r.seq, r.receipt_id, r.text.replace("denied", "committed"), r.hash)
-        for r in written
+        for r in first
     ]
-    found = [(b.kind, b.seq) for b in verify_chain(altered, head).breaks]
+    found = [(b.kind, b.seq) for b in verify_chain(altered, None).breaks]
     check(found == [(BreakKind.CONTENT_ALTERED, 1)], f"control: alteration not found: {found}")
-    return f"{len(written)} receipts numbered from 1, linked, exact, verified"
+    return (
+        f"{len(written)} receipts in {len(chains)} chain(s) numbered from 1, linked, exact,"
+        " verified"
+    )
+
+
+def _place(receipt: StoredReceipt) -> tuple[int, int]:
+    return receipt.partition, receipt.seq or 0
+
+
+def _check_linked(partition: int, chain: list[StoredReceipt], heads: tuple[ChainHead, ...]) -> None:
+    """One chain's receipts as written: numbered 1..k, linked, hashed, stating the chain."""
+    seqs = [r.seq for r in chain]
+    check(seqs == list(range(1, len(chain) + 1)), f"receipts numbered {seqs}, expected 1..n")
+    previous = GENESIS_HASH
+    for receipt in chain:
+        document = receipt.document
+        where = f"seq {receipt.seq} of partition {partition}"
+        check(receipt.hash == sha256_hex(receipt.text.encode()), f"{where}: bad hash")
+        check(document.get("seq") == receipt.seq, f"{where}: seq not in the document")
+        check(document.get("prev_hash") == previous, f"{where}: broken link")
+        check(document.get("partition", 0) == partition, f"{where}: states another chain")
+        previous = receipt.hash or ""
+    head = heads[partition] if partition < len(heads) else None
+    check(head == (len(chain), previous), f"head {head} of partition {partition}: not its last")
 
 
 def events_in_order(ctx: CaseContext) -> str:

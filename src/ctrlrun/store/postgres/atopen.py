@@ -36,7 +36,15 @@ from psycopg import errors, sql
 
 from ctrlrun._time import Clock
 from ctrlrun._version import __version__
-from ctrlrun.errors import SchemaMismatch, StoreError, StoreNotFound
+from ctrlrun.errors import (
+    PartitionRefusal,
+    PartitionsMismatch,
+    SchemaMismatch,
+    StoreError,
+    StoreNotFound,
+)
+from ctrlrun.kernel.partition import DEFAULT_PARTITIONS_POSTGRES as DEFAULT_PARTITIONS
+from ctrlrun.kernel.partition import check_count
 from ctrlrun.store.migrate import check_current, migrate_forward
 from ctrlrun.store.postgres.connections import Connection, Connections
 from ctrlrun.store.postgres.durability import Durability
@@ -193,12 +201,15 @@ def open_engine(
     writing: bool,
     create: bool = True,
     durability: Durability | None = None,
+    partitions: int | None = None,
 ) -> Engine:
     """Connect, run the checks of the module docstring (migrating when ``writing``) and return
     the engine. Without ``create``, a schema holding no ctrlrun store is ``StoreNotFound``.
     Driver errors become ``StoreError``; the URL is never echoed (it may hold a password).
     Every connection first passes the replication guard (``replication``)."""
     queries = queries_for(schema)
+    if partitions is not None:
+        check_count(partitions)
     durability = durability or Durability()
     guard = ReplicationGuard(queries, durability, writing=writing)
     connections = Connections(url, on_connect=guard)
@@ -213,7 +224,9 @@ def open_engine(
                 location=where,
             )
         owner = check_server(conn, queries, schema, writing=writing)
-        migrations = migrations_for(schema)
+        migrations = migrations_for(
+            schema, DEFAULT_PARTITIONS if partitions is None else partitions
+        )
         known = [migration_id for migration_id, _ in migrations]
         if writing and owner:
             migrate_forward(history, migrations, __version__)
@@ -225,6 +238,7 @@ def open_engine(
             check_callable(conn, queries, schema, role)
         else:
             check_current(history, known, __version__)
+        count = stored_partitions(conn, queries, where, partitions)
     except psycopg.Error as exc:
         connections.close()
         raise StoreError(f"opening the Postgres store (schema {schema!r}) failed: {exc}") from exc
@@ -239,4 +253,25 @@ def open_engine(
         where=where,
         durability=durability,
         guard=guard,
+        partitions=count,
     )
+
+
+def stored_partitions(
+    conn: Connection, queries: dict[str, str], where: str, given: int | None
+) -> int:
+    """How many receipt chains the store keeps (its head rows are partitions 0..N-1);
+    ``PartitionsMismatch`` when ``given`` is another count (it is fixed when the store is
+    created). A head row deleted behind the store's back is not refused here: writing to its
+    chain raises CR002, and every verifier names the missing head."""
+    rows = conn.execute(queries["chain_heads_get"]).fetchall()
+    count = max((int(row["partition_id"]) for row in rows), default=0) + 1
+    if given is not None and given != count:
+        raise PartitionsMismatch(
+            f"{where} keeps {count} receipt partition(s), not {given}: the count is fixed"
+            " when a store is created (drop the partitions setting to open it)",
+            reason=PartitionRefusal.COUNT_DIFFERS,
+            stored=count,
+            given=given,
+        )
+    return count

@@ -104,8 +104,10 @@ class Engine:
         where: str,
         durability: Durability | None = None,
         guard: ReplicationGuard | None = None,
+        partitions: int = 1,
     ) -> None:
         self.connections = connections
+        self.partitions = partitions  # the store's receipt chains, read at open
         self.durability = durability or Durability()
         self.guard = guard
         self.queries = queries
@@ -181,7 +183,13 @@ class Engine:
     ) -> tuple[Verdict, CtrlrunError | None]:
         """The re-read on ``conn``: the verdict, and for ``OTHER`` the refusal. A landed write
         on a server whose COMMITs wait for standbys must also be confirmed replicated."""
-        txn = PgTxn(conn, self.queries, schema=self.schema, now_source=self.clock)
+        txn = PgTxn(
+            conn,
+            self.queries,
+            schema=self.schema,
+            now_source=self.clock,
+            partitions=self.partitions,
+        )
         row = txn.one(evidence.read_query, evidence.read_params)
         verdict = evidence.judge(row)
         found = None
@@ -303,7 +311,11 @@ class Engine:
         """A transaction whose ``BEGIN`` travels with its first statement (or its COMMIT):
         nothing is sent yet, so nothing can fail here."""
         txn = PgTxn(
-            conn, self.queries, schema=self.schema, now=self.clock() if self.clock else None
+            conn,
+            self.queries,
+            schema=self.schema,
+            now=self.clock() if self.clock else None,
+            partitions=self.partitions,
         )
         txn.defer_begin()
         return txn
@@ -335,7 +347,13 @@ class Engine:
         """Run ``work`` outside any transaction (autocommit reads); ``StoreError`` on failure."""
         try:
             conn = self.connections.current()
-            txn = PgTxn(conn, self.queries, schema=self.schema, now_source=self.clock)
+            txn = PgTxn(
+                conn,
+                self.queries,
+                schema=self.schema,
+                now_source=self.clock,
+                partitions=self.partitions,
+            )
             return work(txn)
         except psycopg.Error as exc:
             raise StoreError(f"{self.where}: read failed: {exc}") from exc

@@ -37,7 +37,8 @@ from ctrlrun.canonical import canonical_text
 from ctrlrun.kernel.effect import EffectState, Reservation
 from ctrlrun.kernel.event import EventDraft, EventType
 from ctrlrun.kernel.evidence_text import event_data_json, result_json
-from ctrlrun.kernel.receipt import ReceiptDraft, StoredReceipt
+from ctrlrun.kernel.partition import receipt_partition
+from ctrlrun.kernel.receipt import ReceiptDraft, StoredReceipt, draft_in_partition
 from ctrlrun.store.ops.actions import start_action_in_txn
 from ctrlrun.store.protocol import FinishRequest, Started, StartRequest
 
@@ -165,6 +166,7 @@ class PendingReceipt:
 
     txn: PgTxn
     receipt_id: str
+    partition: int = 0
 
     def stored(self) -> StoredReceipt | None:
         """The receipt as the server linked it, or None when the answer was lost (the
@@ -173,7 +175,9 @@ class PendingReceipt:
         if not rows:
             return None
         row = rows[0]
-        return StoredReceipt(int(row["seq"]), self.receipt_id, row["document"], row["hash"])
+        return StoredReceipt(
+            int(row["seq"]), self.receipt_id, row["document"], row["hash"], partition=self.partition
+        )
 
 
 RECEIPT: Final = "receipt_append_folded"
@@ -235,7 +239,13 @@ def receipt_write(
     keeps the template canonical as it is, so a ``ReceiptDraft`` renders it from its
     prepared parts (``linked_text``, the bytes ``chain_receipt`` stores) instead of encoding
     the whole document.
+
+    The receipt goes into the chain its effect key picks (its action id without one:
+    ``kernel.partition``), so every retry of one effect reads in one chain; a receipt in a
+    partition other than 0 states it in its hashed document.
     """
+    partition = receipt_partition(draft.get("effect_key"), str(draft["action_id"]), txn.partitions)
+    draft = draft_in_partition(draft, partition)
     nonce = secrets.token_hex(16)
     seq_mark, prev_mark = _SEQ_MARK_BASE + int(nonce, 16), f"ctrlrun-prev-{nonce}"
     receipt_id = str(draft["receipt_id"])
@@ -248,8 +258,9 @@ def receipt_write(
         "template": _template(draft, seq_mark, prev_mark),
         "seq_mark": str(seq_mark),
         "prev_mark": prev_mark,
+        "partition": partition,
     }
-    return (RECEIPT, "r_", params), PendingReceipt(txn, receipt_id)
+    return (RECEIPT, "r_", params), PendingReceipt(txn, receipt_id, partition)
 
 
 _SEQ_MARK_BASE: Final = 10**40

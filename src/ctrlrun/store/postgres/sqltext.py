@@ -14,9 +14,14 @@ from psycopg import sql
 from ctrlrun.store.queries import load_queries, migration_files
 
 
-def compose(text: str, schema: str) -> str:
-    """``text`` with every ``{schema}`` replaced by the quoted identifier ``schema``."""
-    return sql.SQL(text).format(schema=sql.Identifier(schema)).as_string(None)
+def compose(text: str, schema: str, partitions: int = 1) -> str:
+    """``text`` with every ``{schema}`` replaced by the quoted identifier ``schema`` (and a
+    migration's ``{partitions}`` by the literal count a new store is created with)."""
+    return (
+        sql.SQL(text)
+        .format(schema=sql.Identifier(schema), partitions=sql.Literal(int(partitions)))
+        .as_string(None)
+    )
 
 
 @cache
@@ -25,6 +30,9 @@ def queries_for(schema: str) -> dict[str, str]:
     return {name: compose(text, schema) for name, text in load_queries("postgres").items()}
 
 
-def migrations_for(schema: str) -> tuple[tuple[str, str], ...]:
-    """``(migration_id, sql)`` for every Postgres migration in order, composed for ``schema``."""
-    return tuple((mid, compose(text, schema)) for mid, text in migration_files("postgres"))
+def migrations_for(schema: str, partitions: int = 1) -> tuple[tuple[str, str], ...]:
+    """``(migration_id, sql)`` for every Postgres migration in order, composed for ``schema``
+    (a new store is created with ``partitions`` receipt chains)."""
+    return tuple(
+        (mid, compose(text, schema, partitions)) for mid, text in migration_files("postgres")
+    )

@@ -58,6 +58,10 @@ class PostgresStateStore(SQLStore):
     confirming it (a cancelled synchronous-replication wait), the outcome is unknown.
     ``require_sync`` refuses to write where a COMMIT would not wait for a synchronous standby
     (``ReplicationRefused``). ``replication`` reports what the store writes under.
+    ``partitions`` is how many receipt chains a new store is created with (1 to 4096;
+    default 64, so concurrent calls for different effects rarely share a head row); an
+    existing store keeps its own count, and opening it with another refuses
+    (``PartitionsMismatch``).
     """
 
     dialect: Final = "postgres"
@@ -72,6 +76,7 @@ class PostgresStateStore(SQLStore):
         create: bool = True,
         commit_timeout: float | None = DEFAULT_COMMIT_TIMEOUT,
         require_sync: bool = False,
+        partitions: int | None = None,
         _migrate: bool = True,
     ) -> None:
         self.schema = check_schema_name(schema)
@@ -83,12 +88,23 @@ class PostgresStateStore(SQLStore):
         self._app_clock: Clock = clock or utc_now
         self._writing = _migrate
         self._engine: Engine = open_engine(
-            url, self.schema, clock, writing=_migrate, create=create, durability=durability
+            url,
+            self.schema,
+            clock,
+            writing=_migrate,
+            create=create,
+            durability=durability,
+            partitions=partitions,
         )
         self._report_replication()
         self._schedule = SkewSchedule()
         self._skew: ClockSkew | None = None
         self._check_skew("open")
+
+    @property
+    def partitions(self) -> int:
+        """How many receipt chains the store keeps (fixed when it was created)."""
+        return self._engine.partitions
 
     @property
     def replication(self) -> Replication | None:
@@ -252,7 +268,13 @@ class PostgresStateStore(SQLStore):
         if not rows:
             raise StoreError(f"receipt {pending.receipt_id} landed but cannot be read back")
         row = rows[0]
-        return Receipt(int(row["seq"]), pending.receipt_id, row["document"], row["hash"])
+        return Receipt(
+            int(row["seq"]),
+            pending.receipt_id,
+            row["document"],
+            row["hash"],
+            partition=int(row["partition_id"]),
+        )
 
     # --- clock skew ----------------------------------------------------------------------
 

@@ -56,6 +56,7 @@ class PgTxn:
         "_queries",
         "_schema",
         "_wanted",
+        "partitions",
         "returned",
         "witness",
         "write_token",
@@ -69,8 +70,10 @@ class PgTxn:
         schema: str,
         now: datetime | None = None,
         now_source: Callable[[], datetime] | None = None,
+        partitions: int = 1,
     ) -> None:
         self._conn = conn
+        self.partitions = partitions  # the store's receipt chains: a receipt picks one
         self._schema = schema
         self._queries = queries
         self._cursor: psycopg.Cursor[Row] | None = None
@@ -138,7 +141,13 @@ class PgTxn:
             raise AssertionError("receipt_link returned no row")
         self.witness.saw(name, params, 1)
         assert name == RECEIPT
-        return StoredReceipt(int(row["seq"]), pending.receipt_id, row["document"], row["hash"])
+        return StoredReceipt(
+            int(row["seq"]),
+            pending.receipt_id,
+            row["document"],
+            row["hash"],
+            partition=pending.partition,
+        )
 
     def run_later(self, query: str, params: Mapping[str, Any]) -> None:
         """Queue ``query``; it travels with the next statement or the COMMIT. Only for

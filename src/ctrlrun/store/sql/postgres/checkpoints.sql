@@ -19,15 +19,21 @@ SET seq = excluded.seq, hash = excluded.hash, statement = excluded.statement,
     anchored_at = excluded.anchored_at;
 
 -- name: receipt_at
-SELECT seq, hash, document FROM {schema}.receipts WHERE seq = %(seq)s;
+SELECT seq, hash, document FROM {schema}.receipts
+WHERE partition_id = %(partition)s AND seq = %(seq)s;
 
 -- name: prune_events
--- The events of actions whose every receipt is pruned, older than the checkpoint, except
+-- The events of actions whose every receipt is pruned (one chain at a time: the partition up
+-- to the seq given), older than the checkpoint, except
 -- those of an open approval or of an effect (or its action) not yet settled.
 DELETE FROM {schema}.events
 WHERE ts < %(before)s
-  AND action_id IN (SELECT action_id FROM {schema}.receipts WHERE seq <= %(seq)s)
-  AND action_id NOT IN (SELECT action_id FROM {schema}.receipts WHERE seq > %(seq)s)
+  AND action_id IN
+      (SELECT action_id FROM {schema}.receipts
+       WHERE partition_id = %(partition)s AND seq <= %(seq)s)
+  AND action_id NOT IN
+      (SELECT action_id FROM {schema}.receipts
+       WHERE partition_id <> %(partition)s OR seq > %(seq)s)
   AND action_id NOT IN
       (SELECT action_id FROM {schema}.effects
        WHERE state IN ('reserved', 'executing', 'ambiguous'))
@@ -38,4 +44,4 @@ WHERE ts < %(before)s
        WHERE state IN ('reserved', 'executing', 'ambiguous')));
 
 -- name: prune_receipts
-DELETE FROM {schema}.receipts WHERE seq <= %(seq)s;
+DELETE FROM {schema}.receipts WHERE partition_id = %(partition)s AND seq <= %(seq)s;

@@ -37,7 +37,7 @@ FROM {schema}.ctrlrun_finish_effect(
     %(resolved_by)s, %(write_token)s, %(from_state)s, %(action_id)s, %(attempt)s,
     %(now)s::timestamptz, %(events)s::jsonb,
     %(r_receipt_id)s, %(r_action_id)s, %(r_effect_key)s, %(r_result)s, %(r_template)s,
-    %(r_seq_mark)s, %(r_prev_mark)s
+    %(r_seq_mark)s, %(r_prev_mark)s, %(r_partition)s
 ) AS a;
 
 -- name: receipt_record_folded
@@ -48,6 +48,6 @@ SELECT a.seq, a.document, a.hash
 FROM {schema}.ctrlrun_record_receipt(
     %(now)s::timestamptz, %(events)s::jsonb,
     %(r_receipt_id)s, %(r_action_id)s, %(r_effect_key)s, %(r_result)s, %(r_template)s,
-    %(r_seq_mark)s, %(r_prev_mark)s
+    %(r_seq_mark)s, %(r_prev_mark)s, %(r_partition)s
 ) AS a;
 

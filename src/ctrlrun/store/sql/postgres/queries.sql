@@ -182,49 +182,57 @@ ORDER BY event_id DESC LIMIT 1;
 -- --- receipts and the chain ------------------------------------------------------------------
 
 -- name: chain_head_lock
--- The head, locked to the end of the transaction: `ctrlrun prune` serialises with receipt
--- writers by it (the owner's role: a row lock needs UPDATE, which no other role holds).
--- Receipts themselves are appended by the schema's functions (receipt_link and the folded
--- calls), which take the same lock.
-SELECT seq, hash FROM {schema}.receipt_chain WHERE id = 1 FOR UPDATE;
+-- One partition's head, locked to the end of the transaction: `ctrlrun prune` serialises with
+-- that chain's receipt writers by it (the owner's role: a row lock needs UPDATE, which no
+-- other role holds). Receipts themselves are appended by the schema's functions
+-- (receipt_link and the folded calls), which take the same lock.
+SELECT seq, hash FROM {schema}.receipt_chain WHERE partition_id = %(partition)s FOR UPDATE;
 
 -- name: chain_head_get
-SELECT seq, hash FROM {schema}.receipt_chain WHERE id = 1;
+SELECT seq, hash FROM {schema}.receipt_chain WHERE partition_id = 0;
+
+-- name: chain_heads_get
+-- Every partition's head, 0, 1, … (the store's partition count is how many there are).
+SELECT partition_id, seq, hash FROM {schema}.receipt_chain ORDER BY partition_id;
 
 -- name: receipt_link
 -- A chained receipt on its own (the shared path: PgTxn.link_receipt), by
--- ctrlrun_record_receipt with no events: the head locked and held to the end of the
--- transaction, the receipt linked to it and hashed on the server, the head advanced. No
+-- ctrlrun_record_receipt with no events: its partition's head locked and held to the end of
+-- the transaction, the receipt linked to it and hashed on the server, the head advanced. No
 -- caller states a seq, a predecessor or a hash. Returns the receipt's seq, document and hash.
 SELECT a.seq, a.document, a.hash
 FROM {schema}.ctrlrun_record_receipt(
     %(r_now)s::timestamptz, '[]'::jsonb,
     %(r_receipt_id)s, %(r_action_id)s, %(r_effect_key)s, %(r_result)s, %(r_template)s,
-    %(r_seq_mark)s, %(r_prev_mark)s
+    %(r_seq_mark)s, %(r_prev_mark)s, %(r_partition)s
 ) AS a;
 
 -- name: receipt_get
-SELECT receipt_id, seq, document, hash FROM {schema}.receipts
+SELECT receipt_id, seq, document, hash, partition_id FROM {schema}.receipts
 WHERE receipt_id = %(receipt_id)s;
 
 -- name: receipt_list
-SELECT receipt_id, seq, document, hash FROM {schema}.receipts
-ORDER BY seq NULLS LAST, created_at;
+-- In the order they were written (each chain's receipts in seq order).
+SELECT receipt_id, seq, document, hash, partition_id FROM {schema}.receipts
+ORDER BY created_at, partition_id, seq;
 
 -- name: receipt_list_verify
-SELECT receipt_id, seq, action_id, effect_key, result, document, hash FROM {schema}.receipts
-ORDER BY seq NULLS LAST, created_at;
+SELECT receipt_id, seq, action_id, effect_key, result, document, hash, partition_id
+FROM {schema}.receipts
+ORDER BY partition_id, seq;
 
 -- name: receipt_list_by_action
-SELECT receipt_id, seq, document, hash FROM {schema}.receipts WHERE action_id = %(action_id)s
-ORDER BY seq NULLS LAST, created_at;
+SELECT receipt_id, seq, document, hash, partition_id FROM {schema}.receipts
+WHERE action_id = %(action_id)s
+ORDER BY created_at, partition_id, seq;
 
 -- name: receipt_page
--- Chained receipts after seq %(after)s recorded at or after %(since)s, a page at a time in seq
--- order (a replay or a report streams them: its memory is one page, whatever the chain's length).
-SELECT seq, document FROM {schema}.receipts
-WHERE seq > %(after)s AND created_at >= %(since)s
-ORDER BY seq LIMIT %(page)s;
+-- Chained receipts after the (partition, seq) given, recorded at or after the time given, a
+-- page at a time in (partition, seq) order (a replay or a report streams them: its memory is
+-- one page, whatever the chains' length).
+SELECT partition_id, seq, document FROM {schema}.receipts
+WHERE (partition_id, seq) > (%(after_partition)s, %(after)s) AND created_at >= %(since)s
+ORDER BY partition_id, seq LIMIT %(page)s;
 
 -- --- opening: catalog probes and schema versions ---------------------------------------------
 

@@ -139,13 +139,13 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION {schema}.ctrlrun_finish_effect(p_effect_key text, p_state text, p_lease_expires_at timestamp with time zone, p_result_json text, p_error text, p_resolved_by text, p_write_token text, p_from_state text, p_action_id text, p_attempt integer, p_now timestamp with time zone, p_events jsonb, p_receipt_id text, p_receipt_action_id text, p_receipt_effect_key text, p_result text, p_template text, p_seq_mark text, p_prev_mark text, OUT seq bigint, OUT document text, OUT hash text) RETURNS record
+CREATE FUNCTION {schema}.ctrlrun_finish_effect(p_effect_key text, p_state text, p_lease_expires_at timestamp with time zone, p_result_json text, p_error text, p_resolved_by text, p_write_token text, p_from_state text, p_action_id text, p_attempt integer, p_now timestamp with time zone, p_events jsonb, p_receipt_id text, p_receipt_action_id text, p_receipt_effect_key text, p_result text, p_template text, p_seq_mark text, p_prev_mark text, p_partition integer, OUT seq bigint, OUT document text, OUT hash text) RETURNS record
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO '{schema}', 'pg_temp'
     AS $$
 DECLARE
     stamped_at timestamptz := COALESCE(p_now, pg_catalog.now());
-    head record;
+    linked record;
 BEGIN
     IF p_from_state IS DISTINCT FROM 'executing' OR p_resolved_by IS NOT NULL
        OR p_state IS NULL OR p_state NOT IN ('committed', 'failed', 'ambiguous') THEN
@@ -165,23 +165,16 @@ BEGIN
     SELECT stamped_at, e.row ->> 0, e.row ->> 1, e.row ->> 2, e.row ->> 3, e.row ->> 4
     FROM pg_catalog.jsonb_array_elements(p_events) WITH ORDINALITY AS e(row, i)
     ORDER BY e.i;
-    FOR head IN
-        SELECT c.seq, c.hash FROM "{schema}".receipt_chain AS c WHERE c.id = 1 FOR UPDATE
+    FOR linked IN
+        SELECT r.seq, r.document, r.hash FROM "{schema}".ctrlrun_link_receipt(
+            p_partition, stamped_at, p_receipt_id, p_receipt_action_id, p_receipt_effect_key,
+            p_result, p_template, p_seq_mark, p_prev_mark
+        ) AS r
     LOOP
-        seq := head.seq + 1;
-        document := replace(replace(p_template, p_seq_mark, seq::text), p_prev_mark, head.hash);
-        hash := 'sha256:' || encode(sha256(convert_to(document, 'UTF8')), 'hex');
-        INSERT INTO "{schema}".receipts
-            (receipt_id, seq, action_id, effect_key, result, document, hash, created_at)
-        VALUES (p_receipt_id, seq, p_receipt_action_id, p_receipt_effect_key, p_result,
-                document, hash, stamped_at);
-        UPDATE "{schema}".receipt_chain AS c
-        SET seq = ctrlrun_finish_effect.seq, hash = ctrlrun_finish_effect.hash
-        WHERE c.id = 1;
+        seq := linked.seq;
+        document := linked.document;
+        hash := linked.hash;
     END LOOP;
-    IF seq IS NULL THEN
-        RAISE EXCEPTION 'ctrlrun: the receipt chain has no head row';
-    END IF;
 END
 $$;
 
@@ -219,6 +212,36 @@ BEGIN
             p_lease_expires_at, p_write_token)
     ON CONFLICT (effect_key) DO NOTHING;
     RETURN FOUND;
+END
+$$;
+
+CREATE FUNCTION {schema}.ctrlrun_link_receipt(p_partition integer, p_now timestamp with time zone, p_receipt_id text, p_receipt_action_id text, p_receipt_effect_key text, p_result text, p_template text, p_seq_mark text, p_prev_mark text, OUT seq bigint, OUT document text, OUT hash text) RETURNS record
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO '{schema}', 'pg_temp'
+    AS $$
+DECLARE
+    head record;
+BEGIN
+    FOR head IN
+        SELECT c.seq, c.hash FROM "{schema}".receipt_chain AS c
+        WHERE c.partition_id = p_partition FOR UPDATE
+    LOOP
+        seq := head.seq + 1;
+        document := replace(replace(p_template, p_seq_mark, seq::text), p_prev_mark, head.hash);
+        hash := 'sha256:' || encode(sha256(convert_to(document, 'UTF8')), 'hex');
+        INSERT INTO "{schema}".receipts
+            (partition_id, receipt_id, seq, action_id, effect_key, result, document, hash,
+             created_at)
+        VALUES (p_partition, p_receipt_id, seq, p_receipt_action_id, p_receipt_effect_key,
+                p_result, document, hash, p_now);
+        UPDATE "{schema}".receipt_chain AS c
+        SET seq = ctrlrun_link_receipt.seq, hash = ctrlrun_link_receipt.hash
+        WHERE c.partition_id = p_partition;
+    END LOOP;
+    IF seq IS NULL THEN
+        RAISE EXCEPTION 'ctrlrun: the store keeps no receipt partition %', p_partition
+            USING ERRCODE = 'CR002';
+    END IF;
 END
 $$;
 
@@ -276,35 +299,28 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION {schema}.ctrlrun_record_receipt(p_now timestamp with time zone, p_events jsonb, p_receipt_id text, p_receipt_action_id text, p_receipt_effect_key text, p_result text, p_template text, p_seq_mark text, p_prev_mark text, OUT seq bigint, OUT document text, OUT hash text) RETURNS record
+CREATE FUNCTION {schema}.ctrlrun_record_receipt(p_now timestamp with time zone, p_events jsonb, p_receipt_id text, p_receipt_action_id text, p_receipt_effect_key text, p_result text, p_template text, p_seq_mark text, p_prev_mark text, p_partition integer, OUT seq bigint, OUT document text, OUT hash text) RETURNS record
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO '{schema}', 'pg_temp'
     AS $$
 DECLARE
     stamped_at timestamptz := COALESCE(p_now, pg_catalog.now());
-    head record;
+    linked record;
 BEGIN
     INSERT INTO "{schema}".events (ts, type, action_id, effect_key, approval_id, data_json)
     SELECT stamped_at, e.row ->> 0, e.row ->> 1, e.row ->> 2, e.row ->> 3, e.row ->> 4
     FROM pg_catalog.jsonb_array_elements(p_events) WITH ORDINALITY AS e(row, i)
     ORDER BY e.i;
-    FOR head IN
-        SELECT c.seq, c.hash FROM "{schema}".receipt_chain AS c WHERE c.id = 1 FOR UPDATE
+    FOR linked IN
+        SELECT r.seq, r.document, r.hash FROM "{schema}".ctrlrun_link_receipt(
+            p_partition, stamped_at, p_receipt_id, p_receipt_action_id, p_receipt_effect_key,
+            p_result, p_template, p_seq_mark, p_prev_mark
+        ) AS r
     LOOP
-        seq := head.seq + 1;
-        document := replace(replace(p_template, p_seq_mark, seq::text), p_prev_mark, head.hash);
-        hash := 'sha256:' || encode(sha256(convert_to(document, 'UTF8')), 'hex');
-        INSERT INTO "{schema}".receipts
-            (receipt_id, seq, action_id, effect_key, result, document, hash, created_at)
-        VALUES (p_receipt_id, seq, p_receipt_action_id, p_receipt_effect_key, p_result,
-                document, hash, stamped_at);
-        UPDATE "{schema}".receipt_chain AS c
-        SET seq = ctrlrun_record_receipt.seq, hash = ctrlrun_record_receipt.hash
-        WHERE c.id = 1;
+        seq := linked.seq;
+        document := linked.document;
+        hash := linked.hash;
     END LOOP;
-    IF seq IS NULL THEN
-        RAISE EXCEPTION 'ctrlrun: the receipt chain has no head row';
-    END IF;
 END
 $$;
 
@@ -644,10 +660,10 @@ CREATE TABLE {schema}.receipt_anchor (
 );
 
 CREATE TABLE {schema}.receipt_chain (
-    id integer NOT NULL,
+    partition_id integer CONSTRAINT receipt_chain_id_not_null NOT NULL,
     seq bigint NOT NULL,
     hash text NOT NULL COLLATE pg_catalog."C",
-    CONSTRAINT receipt_chain_id_check CHECK ((id = 1))
+    CONSTRAINT receipt_chain_partition_id_check CHECK (((partition_id >= 0) AND (partition_id < 4096)))
 );
 
 CREATE TABLE {schema}.receipt_stats (
@@ -670,7 +686,8 @@ CREATE TABLE {schema}.receipts (
     result text NOT NULL COLLATE pg_catalog."C",
     document text NOT NULL,
     hash text COLLATE pg_catalog."C",
-    created_at timestamp with time zone NOT NULL
+    created_at timestamp with time zone NOT NULL,
+    partition_id integer DEFAULT 0 NOT NULL
 );
 
 CREATE TABLE {schema}.schema_version (
@@ -686,9 +703,9 @@ CREATE TABLE {schema}.stats_ambiguous (
 );
 
 CREATE TABLE {schema}.stats_mark (
-    id integer NOT NULL,
+    partition_id integer CONSTRAINT stats_mark_id_not_null NOT NULL,
     seq bigint NOT NULL,
-    CONSTRAINT stats_mark_id_check CHECK ((id = 1))
+    CONSTRAINT stats_mark_partition_id_check CHECK (((partition_id >= 0) AND (partition_id < 4096)))
 );
 
 ALTER TABLE ONLY {schema}.approval_grants
@@ -740,13 +757,13 @@ ALTER TABLE ONLY {schema}.receipt_anchor
     ADD CONSTRAINT receipt_anchor_pkey PRIMARY KEY (partition_id);
 
 ALTER TABLE ONLY {schema}.receipt_chain
-    ADD CONSTRAINT receipt_chain_pkey PRIMARY KEY (id);
+    ADD CONSTRAINT receipt_chain_pkey PRIMARY KEY (partition_id);
 
 ALTER TABLE ONLY {schema}.receipt_stats
     ADD CONSTRAINT receipt_stats_pkey PRIMARY KEY (dimension, bucket, name, decision, result, reason);
 
 ALTER TABLE ONLY {schema}.receipts
-    ADD CONSTRAINT receipts_pkey PRIMARY KEY (seq);
+    ADD CONSTRAINT receipts_pkey PRIMARY KEY (partition_id, seq);
 
 ALTER TABLE ONLY {schema}.schema_version
     ADD CONSTRAINT schema_version_pkey PRIMARY KEY (migration_id);
@@ -755,7 +772,7 @@ ALTER TABLE ONLY {schema}.stats_ambiguous
     ADD CONSTRAINT stats_ambiguous_pkey PRIMARY KEY (effect_key, attempt);
 
 ALTER TABLE ONLY {schema}.stats_mark
-    ADD CONSTRAINT stats_mark_pkey PRIMARY KEY (id);
+    ADD CONSTRAINT stats_mark_pkey PRIMARY KEY (partition_id);
 
 CREATE INDEX approvals_by_action ON {schema}.approvals USING btree (action_hash);
 

@@ -1,14 +1,25 @@
 -- `ctrlrun stats`: the rollup of receipts it reads (migration 0002) and the tables it joins.
 
 -- name: stats_mark_get
-SELECT seq FROM {schema}.stats_mark WHERE id = 1;
+SELECT seq FROM {schema}.stats_mark WHERE partition_id = 0;
 
 -- name: stats_mark_lock
--- A refresher holds the mark until it commits: a second one waits, then folds what follows.
-SELECT seq FROM {schema}.stats_mark WHERE id = 1 FOR UPDATE;
+-- A refresher holds partition 0's mark until it commits: a second one waits, then folds what
+-- follows.
+SELECT seq FROM {schema}.stats_mark WHERE partition_id = 0 FOR UPDATE;
 
 -- name: stats_mark_set
-UPDATE {schema}.stats_mark SET seq = %(seq)s WHERE id = 1 AND seq = %(from_seq)s;
+UPDATE {schema}.stats_mark SET seq = %(seq)s
+WHERE partition_id = %(partition)s AND seq = %(from_seq)s;
+
+-- name: stats_unfolded
+-- The receipts each chain's mark has not reached, after the (partition, seq) given, a page at
+-- a time in (partition, seq) order, each with its chain's mark.
+SELECT r.partition_id, r.seq, r.document, m.seq AS mark
+FROM {schema}.stats_mark AS m
+JOIN {schema}.receipts AS r ON r.partition_id = m.partition_id AND r.seq > m.seq
+WHERE (r.partition_id, r.seq) > (%(after_partition)s, %(after)s)
+ORDER BY r.partition_id, r.seq LIMIT %(page)s;
 
 -- name: stats_add
 INSERT INTO {schema}.receipt_stats AS s

@@ -18,6 +18,7 @@ SET seq = excluded.seq, hash = excluded.hash, statement = excluded.statement,
     anchored_at = excluded.anchored_at;
 
 -- name: receipt_at
+-- One chain (decision 0029): :partition is always 0 here and in the prunes below.
 SELECT seq, hash, document FROM receipts WHERE seq = :seq;
 
 -- name: prune_events

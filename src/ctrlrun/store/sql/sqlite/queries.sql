@@ -121,10 +121,14 @@ WHERE approval_id = :approval_id AND type = 'APPROVAL_DENIED'
 ORDER BY event_id DESC LIMIT 1;
 
 -- name: chain_head_lock
+-- SQLite keeps one chain (decision 0029): :partition is always 0.
 SELECT seq, hash FROM receipt_chain WHERE id = 1;
 
 -- name: chain_head_get
 SELECT seq, hash FROM receipt_chain WHERE id = 1;
+
+-- name: chain_heads_get
+SELECT 0 AS partition_id, seq, hash FROM receipt_chain WHERE id = 1;
 
 -- name: chain_head_set
 UPDATE receipt_chain SET seq = :seq, hash = :hash WHERE id = 1;
@@ -134,21 +138,23 @@ INSERT INTO receipts (receipt_id, seq, action_id, effect_key, result, document, 
 VALUES (:receipt_id, :seq, :action_id, :effect_key, :result, :document, :hash, :created_at);
 
 -- name: receipt_list
-SELECT receipt_id, seq, document, hash FROM receipts
+SELECT receipt_id, seq, document, hash, 0 AS partition_id FROM receipts
 ORDER BY seq IS NULL, seq, created_at;
 
 -- name: receipt_list_verify
-SELECT receipt_id, seq, action_id, effect_key, result, document, hash FROM receipts
+SELECT receipt_id, seq, action_id, effect_key, result, document, hash, 0 AS partition_id
+FROM receipts
 ORDER BY seq IS NULL, seq, created_at;
 
 -- name: receipt_list_by_action
-SELECT receipt_id, seq, document, hash FROM receipts WHERE action_id = :action_id
+SELECT receipt_id, seq, document, hash, 0 AS partition_id FROM receipts
+WHERE action_id = :action_id
 ORDER BY seq IS NULL, seq, created_at;
 
 -- name: receipt_page
 -- Chained receipts after seq :after recorded at or after :since, a page at a time in seq order
 -- (a replay or a report streams them: its memory is one page, whatever the chain's length).
-SELECT seq, document FROM receipts
+SELECT 0 AS partition_id, seq, document FROM receipts
 WHERE seq > :after AND created_at >= :since
 ORDER BY seq LIMIT :page;
 

@@ -8,7 +8,15 @@ SELECT seq FROM stats_mark WHERE id = 1;
 SELECT seq FROM stats_mark WHERE id = 1;
 
 -- name: stats_mark_set
+-- One chain (decision 0029): :partition is always 0.
 UPDATE stats_mark SET seq = :seq WHERE id = 1 AND seq = :from_seq;
+
+-- name: stats_unfolded
+-- The receipts the mark has not reached, after seq :after, a page at a time in seq order.
+SELECT 0 AS partition_id, r.seq, r.document, m.seq AS mark
+FROM stats_mark AS m JOIN receipts AS r ON r.seq > m.seq
+WHERE m.id = 1 AND r.seq > :after
+ORDER BY r.seq LIMIT :page;
 
 -- name: stats_add
 INSERT INTO receipt_stats (dimension, bucket, name, decision, result, reason, calls)

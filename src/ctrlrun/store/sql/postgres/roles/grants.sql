@@ -16,11 +16,11 @@ GRANT USAGE ON SCHEMA {schema} TO {agent}, {approver};
 -- name: roles_agent
 -- The agent's role: protected calls, through the schema's functions only; it reads what a
 -- call decides on (a record, a request and its grants, a template, a receipt it re-reads
--- after a lost COMMIT, the reason a person gave for a denial) and the schema history its
--- open compares.
+-- after a lost COMMIT, the reason a person gave for a denial), the schema history its
+-- open compares and the receipt chains' heads (their count picks a receipt's partition).
 GRANT SELECT ON {schema}.schema_version, {schema}.effects, {schema}.approvals,
     {schema}.approval_grants, {schema}.effect_templates, {schema}.receipts, {schema}.events,
-    {schema}.budget_spend, {schema}.budget_charges
+    {schema}.budget_spend, {schema}.budget_charges, {schema}.receipt_chain
 TO {agent};
 GRANT EXECUTE ON FUNCTION
     {schema}.ctrlrun_reserve_templated, {schema}.ctrlrun_finish_effect,

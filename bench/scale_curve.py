@@ -1,7 +1,9 @@
 """The Postgres scale curve on whatever machine runs it: calls/s of 1, 2, 4, … processes on
 distinct keys, one schema, for the floor (two single-row inserts per call), the floor with one
-head row advanced per call (``chain``: the serialization point a chained receipt needs), and
-ctrlrun; each as a ratio to the floor at the same count, in the same run.
+head row advanced per call (``chain``: the serialization point a chained receipt needs),
+ctrlrun on a store with one receipt chain (``one-chain``: every call locks one head row, as
+before partitions) and ctrlrun as created by default (64 chains); each as a ratio to the
+floor at the same count, in the same run.
 
 Run with ``make bench`` or ``python scale_curve.py [--counts 1,2,4] [--window S]`` from this
 directory (default counts: powers of two up to twice the cores; default window 2 s per point).
@@ -21,7 +23,7 @@ import sys
 import pg_common
 import pg_workers
 
-KINDS = ("floor", "chain", "ctrlrun")
+KINDS = ("floor", "chain", "one-chain", "ctrlrun")
 
 
 def default_counts(cores: int | None = None) -> list[int]:
@@ -55,15 +57,16 @@ def show(points: dict[int, dict[str, pg_workers.Throughput]], window: float) -> 
         f" {window:g} s per point (CPU: whole machine, µs/call)"
     )
     print(
-        f"  {'procs':>5} {'floor/s':>9} {'chain/s':>9} {'ctrlrun/s':>9}"
-        f" {'chain×':>7} {'ctrlrun×':>8} {'floor CPU':>9} {'ctrlrun CPU':>11}"
+        f"  {'procs':>5} {'floor/s':>9} {'chain/s':>9} {'1 chain/s':>9} {'ctrlrun/s':>9}"
+        f" {'chain×':>7} {'1 chain×':>8} {'ctrlrun×':>8} {'floor CPU':>9} {'ctrlrun CPU':>11}"
     )
     for count, row in points.items():
-        f, c, o = (row[k] for k in KINDS)
+        f, c, one, o = (row[k] for k in KINDS)
         print(
-            f"  {count:>5} {f.per_second:>9,.0f} {c.per_second:>9,.0f} {o.per_second:>9,.0f}"
-            f" {c.per_second / f.per_second:>7.2f} {o.per_second / f.per_second:>8.2f}"
-            f" {_cpu(f):>9} {_cpu(o):>11}"
+            f"  {count:>5} {f.per_second:>9,.0f} {c.per_second:>9,.0f}"
+            f" {one.per_second:>9,.0f} {o.per_second:>9,.0f}"
+            f" {c.per_second / f.per_second:>7.2f} {one.per_second / f.per_second:>8.2f}"
+            f" {o.per_second / f.per_second:>8.2f} {_cpu(f):>9} {_cpu(o):>11}"
         )
 
 

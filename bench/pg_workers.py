@@ -45,7 +45,7 @@ def _distinct(
     if kind in ("floor", "chain"):
         floor = pg_common.Floor(url, schema)
         call = floor.call if kind == "floor" else floor.call_chained
-    else:  # "ctrlrun", "one-chain" or "sharded": the schema given decides which
+    else:  # "ctrlrun", "one_chain" or "sharded": the schema given decides which
         act = _protected(url, schema, workdir)
 
         def call(i: int) -> None:
@@ -136,8 +136,8 @@ def distinct_keys(url: str, kind: str, window: float) -> Throughput:
         for schema in schemas:  # create the tables once, not racing eight CREATEs
             if kind in ("floor", "chain"):
                 pg_common.Floor(url, schema).close()
-            else:  # "one-chain": every receipt on one head row, as before partitions
-                chains = 1 if kind == "one-chain" else None
+            else:  # "one_chain": every receipt on one head row, as before partitions
+                chains = 1 if kind == "one_chain" else None
                 pg_common.PostgresStateStore(url, schema=schema, partitions=chains).close()
         counts = _run(_distinct, kind, url, schemas if count > 1 else schemas[0], window)
     finally:

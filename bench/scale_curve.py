@@ -1,7 +1,7 @@
 """The Postgres scale curve on whatever machine runs it: calls/s of 1, 2, 4, … processes on
 distinct keys, one schema, for the floor (two single-row inserts per call), the floor with one
 head row advanced per call (``chain``: the serialization point a chained receipt needs),
-ctrlrun on a store with one receipt chain (``one-chain``: every call locks one head row, as
+ctrlrun on a store with one receipt chain (``one_chain``: every call locks one head row, as
 before partitions) and ctrlrun as created by default (64 chains); each as a ratio to the
 floor at the same count, in the same run.
 
@@ -23,7 +23,7 @@ import sys
 import pg_common
 import pg_workers
 
-KINDS = ("floor", "chain", "one-chain", "ctrlrun")
+KINDS = ("floor", "chain", "one_chain", "ctrlrun")
 
 
 def default_counts(cores: int | None = None) -> list[int]:

@@ -46,10 +46,11 @@ def test_scale_curve_prints_one_row_per_count_with_ratios(pg_server) -> None:
     rows = [line.split() for line in out.splitlines() if re.match(r"\s+\d+\s", line)]
     assert [r[0] for r in rows] == ["1", "2"]
     for row in rows:
-        floor, chain, ours = (float(x.replace(",", "")) for x in row[1:4])
-        assert floor > 0 and chain > 0 and ours > 0
-        assert float(row[4]) == pytest.approx(chain / floor, abs=0.01)
-        assert float(row[5]) == pytest.approx(ours / floor, abs=0.01)
+        floor, chain, one, ours = (float(x.replace(",", "")) for x in row[1:5])
+        assert floor > 0 and chain > 0 and one > 0 and ours > 0
+        assert float(row[5]) == pytest.approx(chain / floor, abs=0.01)
+        assert float(row[6]) == pytest.approx(one / floor, abs=0.01)
+        assert float(row[7]) == pytest.approx(ours / floor, abs=0.01)
 
 
 def test_server_work_counts_the_rows_a_protected_call_writes(pg_server) -> None:

@@ -59,6 +59,8 @@ ALLOWED: dict[str, str] = {
         "SQLite keeps one receipt chain (decision 0029: its writers take turns on the file),"
         " so its head, receipts and stats mark need no partition",
     ),
+    "receipts.written only on postgres": "the write order across Postgres's several chains,"
+    " from a sequence; SQLite's one chain's seq is that order",
 }
 
 

@@ -267,8 +267,9 @@ def _where(report: ChainReport) -> str:
     """The summary's tail: the head, where the chain starts when pruned, and the newest
     checkpoint it was judged against."""
     parts = ["head row missing" if report.head is None else f"head seq {report.head.seq}"]
-    if report.partitions > 1:
-        parts = [f"{report.partitions} chains, partition 0's {parts[0]}"]
+    if report.partitions > 1 and report.head is not None:
+        longest = max(h.seq for h in report.heads if h is not None)
+        parts = [f"{report.partitions} chains, the longest at seq {longest}"]
     if report.anchor.seq:
         parts.append(f"starts after seq {report.anchor.seq} (pruned)")
     if report.checkpointed is not None:

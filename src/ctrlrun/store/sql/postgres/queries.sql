@@ -214,7 +214,7 @@ WHERE receipt_id = %(receipt_id)s;
 -- name: receipt_list
 -- In the order they were written (each chain's receipts in seq order).
 SELECT receipt_id, seq, document, hash, partition_id FROM {schema}.receipts
-ORDER BY created_at, partition_id, seq;
+ORDER BY written;
 
 -- name: receipt_list_verify
 SELECT receipt_id, seq, action_id, effect_key, result, document, hash, partition_id
@@ -224,7 +224,7 @@ ORDER BY partition_id, seq;
 -- name: receipt_list_by_action
 SELECT receipt_id, seq, document, hash, partition_id FROM {schema}.receipts
 WHERE action_id = %(action_id)s
-ORDER BY created_at, partition_id, seq;
+ORDER BY written;
 
 -- name: receipt_page
 -- Chained receipts after the (partition, seq) given, recorded at or after the time given, a

@@ -5,48 +5,16 @@ denial too. Its HTML, over the real `ctrlrun console` process on loopback."""
 
 from __future__ import annotations
 
-import http.client
 import json
 import re
 import sqlite3
-import urllib.parse
 
 import pytest
 
 from ctrlrun import ApprovalRequired
 from ctrlrun.kernel.event import EventType
 from ctrlrun.kernel.signing import answer_message, generate, verify
-from support.console import CONSOLE_POLICY, PASSWORD, Agents, Console
-
-
-class Client:
-    """A signed-in HTTP client of the console (the session cookie carried by hand: it is
-    ``Secure``, which a plain-HTTP cookie jar would withhold)."""
-
-    def __init__(self, url: str) -> None:
-        parts = urllib.parse.urlsplit(url)
-        self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
-        self.cookie = ""
-        status, _, headers = self.request("POST", "/sign-in", {"name": "ada", "password": PASSWORD})
-        assert status == 303, status
-        self.cookie = headers["set-cookie"].split(";", 1)[0]
-
-    def request(
-        self, method: str, path: str, form: dict[str, str] | None = None
-    ) -> tuple[int, str, dict[str, str]]:
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=10)
-        headers = {"cookie": self.cookie} if self.cookie else {}
-        body = None
-        if form is not None:
-            body = urllib.parse.urlencode(form)
-            headers["content-type"] = "application/x-www-form-urlencoded"
-        try:
-            conn.request(method, path, body=body, headers=headers)
-            response = conn.getresponse()
-            text = response.read().decode("utf-8")
-            return response.status, text, {k.lower(): v for k, v in response.getheaders()}
-        finally:
-            conn.close()
+from support.console import CONSOLE_POLICY, Agents, Client, Console
 
 
 @pytest.fixture

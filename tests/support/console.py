@@ -3,12 +3,15 @@ process, and the browser steps the tests share."""
 
 from __future__ import annotations
 
+import http.client
 import os
 import re
 import shutil
 import subprocess
 import sys
+import urllib.parse
 from pathlib import Path
+from typing import Any
 
 import ctrlrun
 from ctrlrun.config import load_policy_text
@@ -31,10 +34,10 @@ CONSOLE_POLICY = (
 class Agents:
     """An agent's protected calls against the store the console serves."""
 
-    def __init__(self, root: Path, policy: str = CONSOLE_POLICY) -> None:
+    def __init__(self, root: Path, policy: str = CONSOLE_POLICY, store: Any = None) -> None:
         (root / ".ctrlrun").mkdir(exist_ok=True)
         self.path = root / ".ctrlrun" / "state.db"
-        self.store = ctrlrun.SQLiteStateStore(self.path)
+        self.store = store if store is not None else ctrlrun.SQLiteStateStore(self.path)
         self.control = ctrlrun.Control(load_policy_text(policy), self.store)
         self.calls: list[dict] = []
         self.fail_with: list[BaseException] = []
@@ -73,10 +76,15 @@ class Agents:
         return [r.document for r in self.store.receipts() if r["effect_key"] == key]
 
 
+def _store_url(store: Path | str) -> str:
+    """A SQLite file's store URL; a URL (a Postgres store's) as it is."""
+    return store if isinstance(store, str) else f"sqlite://{store}"
+
+
 class Console:
     """`ctrlrun console` as a real process on a free loopback port."""
 
-    def __init__(self, root: Path, store_path: Path, *extra: str) -> None:
+    def __init__(self, root: Path, store_path: Path | str, *extra: str) -> None:
         accounts = root / "accounts"
         accounts.write_text(
             f"# people\nada:{hash_password(PASSWORD)}\nzoë:{hash_password(PASSWORD)}\n"
@@ -86,7 +94,7 @@ class Console:
         self.proc = subprocess.Popen(
             [
                 *command,
-                *("console", "--store-url", f"sqlite://{store_path}"),
+                *("console", "--store-url", _store_url(store_path)),
                 *("--listen", "127.0.0.1:0", "--accounts", str(accounts)),
                 *extra,
             ],
@@ -117,3 +125,33 @@ def screenshot(tab, name: str, tmp_path: Path) -> None:
     where = SHOTS if os.environ.get("CTRLRUN_CONSOLE_SCREENSHOTS") else tmp_path
     where.mkdir(parents=True, exist_ok=True)
     tab.screenshot(path=str(where / f"{name}.png"), full_page=True)
+
+
+class Client:
+    """A signed-in HTTP client of the console (the session cookie carried by hand: it is
+    ``Secure``, which a plain-HTTP cookie jar would withhold)."""
+
+    def __init__(self, url: str) -> None:
+        parts = urllib.parse.urlsplit(url)
+        self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
+        self.cookie = ""
+        status, _, headers = self.request("POST", "/sign-in", {"name": "ada", "password": PASSWORD})
+        assert status == 303, status
+        self.cookie = headers["set-cookie"].split(";", 1)[0]
+
+    def request(
+        self, method: str, path: str, form: dict[str, str] | None = None
+    ) -> tuple[int, str, dict[str, str]]:
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=10)
+        headers = {"cookie": self.cookie} if self.cookie else {}
+        body = None
+        if form is not None:
+            body = urllib.parse.urlencode(form)
+            headers["content-type"] = "application/x-www-form-urlencoded"
+        try:
+            conn.request(method, path, body=body, headers=headers)
+            response = conn.getresponse()
+            text = response.read().decode("utf-8")
+            return response.status, text, {k.lower(): v for k, v in response.getheaders()}
+        finally:
+            conn.close()

@@ -16,6 +16,7 @@ from psycopg import errors, sql
 
 from ctrlrun.errors import StoreError
 from ctrlrun.kernel.approval import ApprovalRequestDraft, ApprovalStatus
+from ctrlrun.kernel.receipt import BreakKind
 from ctrlrun.postgres import PostgresStateStore
 from support.store_calls import finish, start
 
@@ -250,3 +251,21 @@ def test_the_approver_answers_resolves_and_accepts_but_runs_no_call(roles):
         ):
             with pytest.raises(errors.InsufficientPrivilege):
                 conn.execute(statement)
+
+
+def test_a_receipt_linked_into_a_chain_its_document_does_not_state_is_named(roles):
+    """The agent picks the partition it passes; the document it sends must state the same one
+    (none: partition 0). Linked into partition 1 without saying so, it is ``link_broken``
+    there, by every verifier."""
+    with roles.as_agent() as conn:
+        conn.execute(
+            "SELECT * FROM ctrlrun_record_receipt(NULL, '[]', 'rcp_m', 'act_m', NULL,"
+            ' \'denied\', \'{"action_id":"act_m","prev_hash":"P","receipt_id":"rcp_m",'
+            '"result":"denied","seq":S}\', \'S\', \'P\', 1)'
+        )
+    owner = PostgresStateStore(roles.owner_url, schema=roles.schema)
+    try:
+        breaks = [(b.kind, b.partition, b.seq) for b in owner.verify_chain().breaks]
+        assert breaks == [(BreakKind.LINK_BROKEN, 1, 1)]
+    finally:
+        owner.close()

@@ -7,6 +7,7 @@ import hashlib
 import json
 from collections import Counter
 from dataclasses import replace
+from types import MappingProxyType
 
 import pytest
 
@@ -27,9 +28,11 @@ from ctrlrun.kernel.receipt import (
     GENESIS_HEAD,
     BreakKind,
     ChainHead,
+    ReceiptDraft,
     StoredReceipt,
     chain_receipt,
     describe,
+    draft_in_partition,
     verify_chain,
 )
 
@@ -231,3 +234,24 @@ class TestAHeldCopyIsFoundInItsChain:
         check = check_held(copy, index)
         assert check.status is HeldStatus.REPLACED and "of partition 2" in check.detail
         assert check_held(copy, StoredIndex(zero)).status is HeldStatus.MISSING
+
+
+FIELDS = MappingProxyType({"receipt_id": "rcp_1", "action_id": "act_1", "result": "committed"})
+
+
+class TestADraftStatesItsChain:
+    FIELDS = FIELDS
+
+    def test_partition_0_changes_no_byte(self):
+        prepared = ReceiptDraft(dict(self.FIELDS), {})
+        assert prepared.in_partition(0) is prepared
+        assert draft_in_partition(prepared, 0) is prepared
+        assert draft_in_partition(self.FIELDS, 0) is self.FIELDS
+
+    def test_a_prepared_draft_and_a_mapping_link_to_the_same_bytes(self):
+        head = ChainHead(4, "sha256:" + "a" * 64)
+        prepared = draft_in_partition(ReceiptDraft(dict(self.FIELDS), {}), 5)
+        plain = draft_in_partition(self.FIELDS, 5)
+        assert isinstance(prepared, ReceiptDraft) and plain["partition"] == 5
+        assert chain_receipt(prepared, head) == chain_receipt(plain, head)
+        assert json.loads(chain_receipt(plain, head)[1])["partition"] == 5

@@ -75,7 +75,9 @@ def check(directory: Path, store: Any) -> Findings:
     report = store.verify_chain()
     findings.counts["receipts"] = report.total
     if not report.ok:
-        findings.violations["chain_breaks"] += [f"{b.kind}@{b.seq}" for b in report.breaks]
+        findings.violations["chain_breaks"] += [
+            f"{b.kind}@{b.partition}:{b.seq}" for b in report.breaks
+        ]
     return findings
 
 

@@ -301,11 +301,14 @@ class SQLStore:
         anchors = self.chain_anchors()
         rows = [codec.receipt_from_row(r, columns=True) for r in self._rows("receipt_list_verify")]
         after = self.chain_heads()
+        chains: dict[int, list[Receipt]] = {}
+        for row in rows:
+            chains.setdefault(row.partition, []).append(row)
         kept = tuple(
             row
             for p, (first, then) in enumerate(itertools.zip_longest(before, after))
-            for row in as_of_head([r for r in rows if r.partition == p], first, then)
-        ) + tuple(row for row in rows if not 0 <= row.partition < len(before))
+            for row in as_of_head(chains.pop(p, []), first, then)
+        ) + tuple(row for stray in chains.values() for row in stray)
         heads = before or (None,)
         return EvidenceSnapshot(
             kept,

@@ -262,7 +262,9 @@ def test_prune_cuts_every_chain_at_the_checkpoint_and_the_rest_verifies(pg_schem
 # --- an old store migrates forward with its history --------------------------------------
 
 
-def test_a_store_from_before_partitions_keeps_its_history_as_partition_0(pg_schema, monkeypatch):
+def test_a_store_from_before_partitions_gets_its_chains_and_keeps_its_history_in_partition_0(
+    pg_schema, monkeypatch
+):
     import ctrlrun.store.postgres.atopen as atopen
 
     every = atopen.migrations_for
@@ -282,14 +284,18 @@ def test_a_store_from_before_partitions_keeps_its_history_as_partition_0(pg_sche
                 [f"rcp_{n}", f"act_{n}", template % (n, n)],
             )
     monkeypatch.undo()
-    store = _open(pg_schema)  # migrates 0007 forward
+    store = _open(pg_schema)  # migrates 0007 forward: 64 chains, the old one partition 0's
     try:
-        assert store.partitions == 1  # it held receipts: one chain, as before
+        assert store.partitions == 64
         assert [(r.partition, r.seq) for r in store.receipts()] == [(0, 1), (0, 2), (0, 3)]
+        assert store.chain_heads()[0] == (3, store.receipts()[-1].hash)
         assert store.verify_chain().ok
-        _refunds(store, 2)
-        assert [r.seq for r in store.receipts()] == [1, 2, 3, 4, 5]
-        assert store.verify_chain().ok
+        receipts = _refunds(store, 40)
+        assert len({r.partition for r in receipts}) > 10
+        zero = [r for r in store.receipts() if r.partition == 0]
+        assert [r.seq for r in zero] == list(range(1, len(zero) + 1))  # 0 goes on from 3
+        report = store.verify_chain()
+        assert report.ok and report.verified == 43
     finally:
         store.close()
 

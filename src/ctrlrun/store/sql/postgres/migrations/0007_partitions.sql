@@ -3,9 +3,9 @@
 -- queue on one row. The old single chain becomes partition 0's history unchanged (its
 -- documents state no partition: partition 0).
 --
--- The count is chosen when the store is created: {partitions} is the literal count the opener
--- composes in (ctrlrun init --partitions N; Postgres stores default to 64). A store that
--- already holds receipts keeps one chain; the count never changes afterwards.
+-- The count is chosen when the store is created, or here when an older store is upgraded:
+-- the literal count the opener composes in (ctrlrun init --partitions N; Postgres stores
+-- default to 64). The count never changes afterwards.
 
 ALTER TABLE {schema}.receipt_chain DROP CONSTRAINT receipt_chain_id_check;
 ALTER TABLE {schema}.receipt_chain RENAME COLUMN id TO partition_id;
@@ -32,12 +32,10 @@ UPDATE {schema}.stats_mark SET partition_id = 0;
 ALTER TABLE {schema}.stats_mark ADD CONSTRAINT stats_mark_partition_id_check
     CHECK (partition_id >= 0 AND partition_id < 4096);
 
--- A new (empty) store gets its chains 1..N-1 here, in the migration's own transaction.
+-- Chains 1..N-1, in the migration's own transaction; partition 0 goes on from the old head.
 INSERT INTO {schema}.receipt_chain (partition_id, seq, hash)
 SELECT g, 0, 'sha256:0000000000000000000000000000000000000000000000000000000000000000'
-FROM pg_catalog.generate_series(1, {partitions} - 1) AS g
-WHERE NOT EXISTS (SELECT 1 FROM {schema}.receipts)
-  AND (SELECT c.seq FROM {schema}.receipt_chain AS c WHERE c.partition_id = 0) = 0;
+FROM pg_catalog.generate_series(1, {partitions} - 1) AS g;
 
 INSERT INTO {schema}.stats_mark (partition_id, seq)
 SELECT c.partition_id, 0 FROM {schema}.receipt_chain AS c WHERE c.partition_id > 0;

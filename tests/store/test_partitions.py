@@ -91,6 +91,20 @@ def test_the_count_is_fixed_when_the_store_is_created(pg_schema):
     store.close()
 
 
+def test_a_reading_open_given_another_count_is_refused_and_the_url_and_argument_must_agree(
+    pg_schema,
+):
+    _open(pg_schema, partitions=CHAINS).close()
+    with pytest.raises(PartitionsMismatch) as caught:
+        open_store(_url(pg_schema), existing=True, partitions=8)
+    assert caught.value.reason is PartitionRefusal.COUNT_DIFFERS
+    reader = open_store(_url(pg_schema), read_only=True, partitions=CHAINS)
+    assert reader.partitions == CHAINS
+    reader.close()
+    with pytest.raises(InvalidArgument, match="different counts"):
+        open_store(_url(pg_schema, ctrlrun_partitions="4"), partitions=8)
+
+
 @pytest.mark.parametrize("count", ["0", "4097", "x", "-1"])
 def test_a_bad_count_in_the_url_is_refused(pg_schema, count):
     with pytest.raises(InvalidArgument, match="ctrlrun_partitions"):

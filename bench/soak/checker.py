@@ -75,8 +75,8 @@ def check(directory: Path, store: Any) -> Findings:
     report = store.verify_chain()
     findings.counts["receipts"] = report.total
     if not report.ok:
-        findings.violations["chain_breaks"] += [
-            f"{b.kind}@{b.partition}:{b.seq}" for b in report.breaks
+        findings.violations["chain_breaks"] += [  # kind@seq, kind@P:seq off partition 0
+            f"{b.kind}@{f'{b.partition}:' if b.partition else ''}{b.seq}" for b in report.breaks
         ]
     return findings
 

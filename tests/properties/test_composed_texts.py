@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from ctrlrun.canonical import canonical_text, sha256_hex
 from ctrlrun.errors import InvalidArgument
 from ctrlrun.kernel.action import Action, Principal
-from ctrlrun.kernel.evidence_text import event_data_json
+from ctrlrun.kernel.evidence_text import attempt_data, event_data_json
 from ctrlrun.kernel.receipt import ChainHead, ReceiptDraft, chain_receipt
 
 settings.register_profile("ctrlrun", derandomize=True, max_examples=200, deadline=None)
@@ -97,6 +97,14 @@ def test_a_lone_surrogate_in_an_action_is_refused_by_path():
 @given(st.dictionaries(texts, values, max_size=4))
 def test_event_data_is_the_ascii_sorted_encoding(data):
     assert event_data_json(data) == json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+
+@given(st.none() | st.integers(0, 2**40))
+def test_an_attempt_s_shared_event_data_is_its_encoding(attempt):
+    data = attempt_data(attempt)
+    assert dict(data) == {"attempt": attempt}
+    assert data.text == json.dumps({"attempt": attempt}, sort_keys=True, separators=(",", ":"))
+    assert event_data_json(data) == data.text and attempt_data(attempt) is data  # encoded once
 
 
 def test_event_data_with_a_cycle_is_refused_as_the_full_encoder_refuses_it():

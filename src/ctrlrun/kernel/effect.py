@@ -76,7 +76,7 @@ class EffectRecord:
         return self.state in LIVE_STATES and not self.lease_is_live(now)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen, never assigned: see EventDraft (kernel/event.py)
 class Reservation:
     """A granted reservation: this attempt may execute the effect until the lease expires."""
 
@@ -94,7 +94,7 @@ class PlanKind(StrEnum):
     REFUSE = "refuse"  # raise ``refusal`` (after writing the record ambiguous if ``ambiguate``)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen, never assigned: see EventDraft (kernel/event.py)
 class ReservationPlan:
     """The planner's decision. Exactly one of ``reservation`` and ``refusal`` is set."""
 

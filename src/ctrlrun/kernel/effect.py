@@ -29,6 +29,7 @@ from ctrlrun.errors import (
 )
 
 DEFAULT_LEASE: Final = timedelta(minutes=5)
+_NO_TIME: Final = timedelta(0)
 
 
 class EffectState(StrEnum):
@@ -132,7 +133,7 @@ def plan_reservation(
     """
     if not effect_key or not action_id:
         raise InvalidArgument("effect_key and action_id must be non-empty")
-    if lease <= timedelta(0):
+    if lease <= _NO_TIME:
         raise InvalidArgument(f"lease must be positive, got {lease!r}")
     if record is None:
         return _grant(PlanKind.INSERT, effect_key, action_id, 1, now + lease)

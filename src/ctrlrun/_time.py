@@ -78,6 +78,10 @@ def decode_instant(text: str) -> datetime:
 
 def encode_receipt_instant(value: datetime) -> str:
     """Receipt form: millisecond precision (truncated), ``Z`` suffix."""
+    # fast path for UTC readings (2 per protected call): isoformat() without a timespec, cut
+    # to milliseconds (it truncates too): 0.9 vs 2.6 us each, measured 5 December 2026
+    if value.tzinfo is UTC and value.microsecond:
+        return value.isoformat()[:23] + "Z"
     return value.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="milliseconds") + "Z"
 
 

@@ -10,14 +10,15 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from ctrlrun.canonical import canonical_text, sha256_hex
 from ctrlrun.errors import InvalidArgument
 from ctrlrun.kernel.action import Action, Principal
-from ctrlrun.kernel.evidence_text import event_data_json
+from ctrlrun.kernel.evidence_text import attempt_data, event_data_json
 from ctrlrun.kernel.receipt import ChainHead, ReceiptDraft, chain_receipt
+from ctrlrun.runtime.receipts import proposed
 
 settings.register_profile("ctrlrun", derandomize=True, max_examples=200, deadline=None)
 settings.load_profile("ctrlrun")
@@ -97,6 +98,26 @@ def test_a_lone_surrogate_in_an_action_is_refused_by_path():
 @given(st.dictionaries(texts, values, max_size=4))
 def test_event_data_is_the_ascii_sorted_encoding(data):
     assert event_data_json(data) == json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+
+@given(st.dictionaries(texts, values, max_size=4), names.filter(one_line), st.none() | texts)
+@example({"del": "\x7f", "tab": "\t"}, "a", None)  # ASCII, but the event encoder escapes DEL
+@example({"e": "é"}, "a", None)
+@example({"n": 1}, "a", "r")
+def test_a_proposed_event_s_data_is_the_encoder_s_bytes(arguments, agent, resource):
+    resource = resource if resource and one_line(resource) and resource.isprintable() else None
+    action = Action("p.q", arguments, Principal(agent), resource=resource)
+    data = proposed(action).data
+    plain = json.loads(json.dumps(data))  # the same values, no text carried
+    assert event_data_json(data) == json.dumps(plain, sort_keys=True, separators=(",", ":"))
+
+
+@given(st.none() | st.integers(0, 2**40))
+def test_an_attempt_s_shared_event_data_is_its_encoding(attempt):
+    data = attempt_data(attempt)
+    assert dict(data) == {"attempt": attempt}
+    assert data.text == json.dumps({"attempt": attempt}, sort_keys=True, separators=(",", ":"))
+    assert event_data_json(data) == data.text and attempt_data(attempt) is data  # encoded once
 
 
 def test_event_data_with_a_cycle_is_refused_as_the_full_encoder_refuses_it():

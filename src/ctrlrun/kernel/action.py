@@ -143,7 +143,7 @@ class Action:
     ) -> None:
         if not isinstance(principal, Principal):
             raise InvalidArgument(f"principal must be a Principal, got {principal!r}")
-        if not isinstance(arguments, Mapping):
+        if type(arguments) is not dict and not isinstance(arguments, Mapping):  # ABC: ~0.2 us
             raise InvalidArgument(f"arguments must be a mapping, got {type(arguments).__name__}")
         self.name = check_action_name(name)
         self.principal = principal

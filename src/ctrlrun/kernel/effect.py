@@ -29,6 +29,7 @@ from ctrlrun.errors import (
 )
 
 DEFAULT_LEASE: Final = timedelta(minutes=5)
+_NO_TIME: Final = timedelta(0)
 
 
 class EffectState(StrEnum):
@@ -76,7 +77,7 @@ class EffectRecord:
         return self.state in LIVE_STATES and not self.lease_is_live(now)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen, never assigned: see EventDraft (kernel/event.py)
 class Reservation:
     """A granted reservation: this attempt may execute the effect until the lease expires."""
 
@@ -94,7 +95,7 @@ class PlanKind(StrEnum):
     REFUSE = "refuse"  # raise ``refusal`` (after writing the record ambiguous if ``ambiguate``)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen, never assigned: see EventDraft (kernel/event.py)
 class ReservationPlan:
     """The planner's decision. Exactly one of ``reservation`` and ``refusal`` is set."""
 
@@ -132,7 +133,7 @@ def plan_reservation(
     """
     if not effect_key or not action_id:
         raise InvalidArgument("effect_key and action_id must be non-empty")
-    if lease <= timedelta(0):
+    if lease <= _NO_TIME:
         raise InvalidArgument(f"lease must be positive, got {lease!r}")
     if record is None:
         return _grant(PlanKind.INSERT, effect_key, action_id, 1, now + lease)

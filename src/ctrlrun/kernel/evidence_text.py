@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
 from ctrlrun.canonical import canonical_text
@@ -33,6 +34,15 @@ def event_data_json(data: Mapping[str, Any]) -> str:
         text: str = data.text  # type: ignore[attr-defined]
         return text
     return _EVENT_ENCODER.encode(data)
+
+
+@lru_cache(maxsize=64)
+def attempt_data(attempt: int | None) -> EncodedEventData:
+    """``{"attempt": attempt}`` with its text: the data of ``EXECUTION_STARTED`` and of an
+    outcome without an error, the same for every call at one attempt, so it is encoded once
+    per attempt number (shared and read-only, like every ``EncodedEventData``)."""
+    plain = {"attempt": attempt}
+    return EncodedEventData(plain, event_data_json(plain))
 
 
 def result_json(value: Any) -> str | None:

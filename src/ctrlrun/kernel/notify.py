@@ -162,6 +162,8 @@ def notices(
 
 def told_of(targets: Iterable[NotifyTarget], kind: NotifyKind) -> tuple[NotifyTarget, ...]:
     """The targets among ``targets`` told of ``kind``."""
+    if targets == ():  # most policies notify nobody: asked on every call (no generator made)
+        return ()
     return tuple(target for target in targets if target.wants(kind))
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Final
 
 from ctrlrun.errors import EffectKeyError, InvalidArgument
@@ -89,7 +90,7 @@ class Template:
         """The source without its types: what the store remembers of it (decision 0026). A
         type only refuses values, never changes how one renders, so ``k:{a:int}`` reserves
         exactly the keys ``k:{a}`` reserved for integers."""
-        return _TYPE_SPEC.sub("}", self.source)
+        return _shape(self.source)
 
     def render(self, arguments: Mapping[str, Any], resource: str | None = None) -> str:
         """The key for these arguments; ``EffectKeyError`` naming the placeholder that failed.
@@ -117,6 +118,12 @@ class Template:
                 )
             out.append(value)
         return "".join(out)
+
+
+@lru_cache(maxsize=256)
+def _shape(source: str) -> str:
+    """``Template.shape``: read on every call with a templated key, so once per source."""
+    return _TYPE_SPEC.sub("}", source)
 
 
 def _value(

@@ -40,6 +40,7 @@ from ctrlrun.kernel.approval_rules import DEFAULT_RULES, ApprovalRules
 from ctrlrun.kernel.call import refusal_before_asking
 from ctrlrun.kernel.effect import EffectState
 from ctrlrun.kernel.event import EventDraft
+from ctrlrun.kernel.evidence_text import attempt_data
 from ctrlrun.kernel.notify import NotifyKind, told_of
 from ctrlrun.kernel.observe import Observation
 from ctrlrun.kernel.policy import ActionPolicy, Decision, Policy
@@ -442,7 +443,7 @@ def finish_request(
     started = call.started
     attempt = started.reservation.attempt if started.reservation is not None else None
     draft = outcome_draft(call, OUTCOME_RESULTS[outcome], error, now)
-    data = {"attempt": attempt} if error is None else {"attempt": attempt, "error": error}
+    data = attempt_data(attempt) if error is None else {"attempt": attempt, "error": error}
     event = EventDraft(OUTCOME_EVENTS[outcome], call.action.action_id, call.effect_key, data=data)
     return FinishRequest(
         action_id=call.action.action_id,

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from ctrlrun._time import encode_receipt_instant
-from ctrlrun.canonical import new_id
+from ctrlrun.canonical import new_id, string_text
 from ctrlrun.errors import evidence_name
 from ctrlrun.kernel.action import Action
 from ctrlrun.kernel.event import EventDraft, EventType
@@ -120,6 +120,12 @@ def proposed(action: Action) -> EventDraft:
         },
         "action_hash": action.action_hash,
     }
+    # The action's canonical text is the event's bytes too when it is printable ASCII (only
+    # the event encoder escapes past it): reused, 31k of ~1,000k instructions per call
+    text = action.stored_text
+    if text.isascii() and "\x7f" not in text:
+        hashed = string_text(action.action_hash)
+        data = EncodedEventData(data, f'{{"action":{text},"action_hash":{hashed}}}')
     return EventDraft(EventType.ACTION_PROPOSED, action.action_id, data=data)
 
 

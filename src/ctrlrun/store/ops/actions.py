@@ -8,6 +8,7 @@ from typing import Any
 from ctrlrun._time import iso_text
 from ctrlrun.kernel.effect import EffectState
 from ctrlrun.kernel.event import EventDraft, EventType
+from ctrlrun.kernel.evidence_text import attempt_data
 from ctrlrun.kernel.receipt import StoredReceipt
 from ctrlrun.store.ops import Txn
 from ctrlrun.store.ops.approvals import check_consumable_in_txn, consume_approval_in_txn
@@ -89,7 +90,7 @@ def start_action_in_txn(txn: Txn, request: StartRequest) -> Started:
                 EventType.EXECUTION_STARTED,
                 request.action_id,
                 request.effect_key,
-                data={"attempt": attempt},
+                data=attempt_data(attempt),
             )
         )
     append_events_in_txn(txn, (*request.events, *own))

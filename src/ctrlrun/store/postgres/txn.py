@@ -300,7 +300,7 @@ class PgTxn:
         by psycopg exactly as ``ClientCursor.mogrify`` writes it (``as_literal``; None as
         ``NULL``), with one ``Transformer`` for the transaction, which keeps the dumper it
         found for each type."""
-        # ~60 µs less client CPU per protected call than mogrify (bench/pg_call_cpu.py)
+        # ~75 µs less client CPU per protected call than mogrify (bench/pg_call_cpu.py)
         if self._tx is None:
             self._tx = adapt.Transformer(self._conn)
         tx, (parts, names) = self._tx, _template(text)

@@ -32,7 +32,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final, TypeVar
 
 import psycopg
@@ -89,8 +89,13 @@ def listen(conn: Connection) -> None:
 class _Armed:
     conn: Connection
     deadline: float
-    fired: bool = False
-    done: threading.Event = field(default_factory=threading.Event)
+    # Set once it fires (under the watch's lock), so a COMMIT in time makes no Event:
+    # ~20 µs less client CPU per protected call (bench/pg_call_cpu.py, paired runs).
+    done: threading.Event | None = None
+
+    @property
+    def fired(self) -> bool:
+        return self.done is not None
 
 
 class CommitWatch:
@@ -144,7 +149,8 @@ class CommitWatch:
     def _disarm(self, token: int) -> bool:
         with self._cond:
             armed = self._armed.pop(token)
-        armed.done.set()
+        if armed.done is not None:  # popped: the watch can no longer fire it
+            armed.done.set()
         return armed.fired
 
     def _ensure_thread(self) -> None:
@@ -159,7 +165,7 @@ class CommitWatch:
                 now = time.monotonic()
                 due = [a for a in self._armed.values() if not a.fired and a.deadline <= now]
                 for armed in due:
-                    armed.fired = True
+                    armed.done = threading.Event()
                     threading.Thread(target=_expire, args=(armed,), daemon=True).start()
                 waiting = [a.deadline for a in self._armed.values() if not a.fired]
                 wake = self._wake_at = min(waiting) if waiting else None
@@ -170,6 +176,7 @@ def _expire(armed: _Armed) -> None:
     """Cancel the COMMIT's wait; shut its socket if that did not end it within ``GRACE``."""
     with contextlib.suppress(Exception):  # the connection may be closing under us
         armed.conn.cancel_safe(timeout=GRACE)
+    assert armed.done is not None  # made when it fired, before this thread started
     if armed.done.wait(GRACE):
         return
     with contextlib.suppress(Exception):

@@ -18,21 +18,26 @@
   clock; ``fold_later`` queues one statement that makes one or more witnessed writes (a
   call to one of the schema's functions) and keeps its rows, read when it is sent
   (``returned``).
-* Queued statements are bound on the client by psycopg's ``ClientCursor.mogrify`` and go out
-  as one simple-query message through the transaction's cursor (``_send``), one result per
-  statement, read with ``nextset``.
+* Queued statements are bound on the client — each ``%(name)s`` replaced by the SQL literal
+  psycopg writes for its value (``Transformer.as_literal``, what ``ClientCursor.mogrify`` does,
+  without a cursor and a query parse per statement) — and go out as one simple-query message
+  through the transaction's cursor (``_send``), one result per statement, read with
+  ``nextset``.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
+import re
 import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
+from psycopg import abc, adapt
 
 from ctrlrun.kernel.receipt import StoredReceipt
 from ctrlrun.store.postgres.connections import Connection
@@ -41,13 +46,13 @@ from ctrlrun.store.postgres.witness import DEFERRABLE, EFFECT_WRITES, Witness
 Row = dict[str, Any]
 _EVENTS_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 _NUL = "\x00"
+_PLACEHOLDER = re.compile(r"%\((\w+)\)s")
 
 
 class PgTxn:
     """One write transaction (or one read) on one connection. See the module docstring."""
 
     __slots__ = (
-        "_client",
         "_conn",
         "_cursor",
         "_now",
@@ -55,6 +60,7 @@ class PgTxn:
         "_pending",
         "_queries",
         "_schema",
+        "_tx",
         "_wanted",
         "partitions",
         "returned",
@@ -77,7 +83,7 @@ class PgTxn:
         self._schema = schema
         self._queries = queries
         self._cursor: psycopg.Cursor[Row] | None = None
-        self._client: psycopg.ClientCursor[Any] | None = None
+        self._tx: abc.Transformer | None = None
         self._pending: list[str] = []
         self._wanted: dict[int, str] = {}
         self.returned: dict[str, list[Row]] = {}
@@ -210,6 +216,7 @@ class PgTxn:
         ``BEGIN``; rows as dicts), after sending every queued statement. Write through it with
         tables named in ``schema``; never commit, roll back or close it."""
         self._flush()
+        self._tx = None  # the caller may change the session (its encoding): adapt afresh
         return self._conn
 
     @property
@@ -289,11 +296,21 @@ class PgTxn:
         return self._bind_text(self._queries[query], params)
 
     def _bind_text(self, text: str, params: Mapping[str, Any]) -> str:
-        """``text`` with its parameters as SQL literals, written by psycopg
-        (``ClientCursor.mogrify``)."""
-        if self._client is None:
-            self._client = psycopg.ClientCursor(self._conn)
-        return self._client.mogrify(text, params)
+        """``text`` with each ``%(name)s`` replaced by its parameter as an SQL literal, written
+        by psycopg exactly as ``ClientCursor.mogrify`` writes it (``as_literal``; None as
+        ``NULL``), with one ``Transformer`` for the transaction, which keeps the dumper it
+        found for each type."""
+        # ~75 µs less client CPU per protected call than mogrify (bench/pg_call_cpu.py)
+        if self._tx is None:
+            self._tx = adapt.Transformer(self._conn)
+        tx, (parts, names) = self._tx, _template(text)
+        encoding = tx.encoding
+        out = [parts[0]]
+        for name, part in zip(names, parts[1:], strict=True):
+            value = params[name]
+            out.append("NULL" if value is None else tx.as_literal(value).decode(encoding))
+            out.append(part)
+        return "".join(out)
 
     def _stamp(self, query: str, params: Mapping[str, Any]) -> Mapping[str, Any]:
         """The parameters as written: effect writes carry this transaction's token; an error
@@ -314,3 +331,15 @@ class PgTxn:
         row = self._cur.fetchone()
         assert row is not None
         return self.read_ts(row["now"])
+
+
+@functools.lru_cache(maxsize=512)  # a few named queries per store schema
+def _template(text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``text`` split at its ``%(name)s`` placeholders: the text around them (``%%`` read as
+    ``%``, as psycopg reads it) and their names, in order. Any other ``%`` is refused."""
+    pieces = _PLACEHOLDER.split(text)
+    parts, names = pieces[0::2], pieces[1::2]
+    for part in parts:
+        if "%" in part.replace("%%", ""):
+            raise ValueError(f"a % that is neither %(name)s nor %% in {text!r}")
+    return tuple(part.replace("%%", "%") for part in parts), tuple(names)

@@ -72,10 +72,9 @@ def open_store(
             raise InvalidArgument("this build of ctrlrun has no Postgres store") from exc
         raise
     if existing:
-        store = PostgresStateStore.open_existing(parsed.target, schema=parsed.schema, clock=clock)
-        if partitions is not None:
-            check_partitions(store, partitions)
-        return store
+        return PostgresStateStore.open_existing(
+            parsed.target, schema=parsed.schema, clock=clock, partitions=partitions
+        )
     durability: dict[str, Any] = {"require_sync": parsed.require_sync}
     if parsed.commit_timeout is not None:
         durability["commit_timeout"] = parsed.commit_timeout
@@ -87,17 +86,3 @@ def open_store(
         partitions=partitions,
         **durability,
     )
-
-
-def check_partitions(store: StateStore, given: int) -> None:
-    """``PartitionsMismatch`` unless ``store`` keeps ``given`` receipt chains."""
-    stored = store.partitions
-    if stored != given:
-        store.close()
-        raise PartitionsMismatch(
-            f"the store keeps {stored} receipt partition(s), not {given}: the count is fixed"
-            " when a store is created",
-            reason=PartitionRefusal.COUNT_DIFFERS,
-            stored=stored,
-            given=given,
-        )

@@ -128,13 +128,19 @@ class PostgresStateStore(SQLStore):
 
     @classmethod
     def open_existing(
-        cls, url: str, *, schema: str = "public", clock: Clock | None = None
+        cls,
+        url: str,
+        *,
+        schema: str = "public",
+        clock: Clock | None = None,
+        partitions: int | None = None,
     ) -> PostgresStateStore:
         """Open a store that must already exist at this binary's schema; create and migrate
         nothing, and append nothing at open. For commands that read evidence (or resolve):
         a missing, empty, behind or ahead schema raises ``SchemaMismatch`` with an
-        instruction."""
-        return cls(url, schema=schema, clock=clock, _migrate=False)
+        instruction; ``partitions``, when given, must be the store's count
+        (``PartitionsMismatch``)."""
+        return cls(url, schema=schema, clock=clock, partitions=partitions, _migrate=False)
 
     @staticmethod
     def create_schema(url: str, name: str) -> None:

@@ -24,6 +24,7 @@ from typing import Any
 from journal import read_journals
 
 import ctrlrun
+from ctrlrun.kernel.receipt import place
 
 UNKNOWN_FAULTS = frozenset({"error", "hang", "kill_before", "kill_after"})
 MAX_ATTEMPTS_SCANNED = 200
@@ -76,7 +77,7 @@ def check(directory: Path, store: Any) -> Findings:
     findings.counts["receipts"] = report.total
     if not report.ok:
         findings.violations["chain_breaks"] += [  # kind@seq, kind@P:seq off partition 0
-            f"{b.kind}@{f'{b.partition}:' if b.partition else ''}{b.seq}" for b in report.breaks
+            f"{b.kind}@{place(b.partition, b.seq)}" for b in report.breaks
         ]
     return findings
 

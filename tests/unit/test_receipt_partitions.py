@@ -33,6 +33,7 @@ from ctrlrun.kernel.receipt import (
     chain_receipt,
     describe,
     draft_in_partition,
+    place,
     verify_chain,
 )
 
@@ -255,3 +256,7 @@ class TestADraftStatesItsChain:
         assert isinstance(prepared, ReceiptDraft) and plain["partition"] == 5
         assert chain_receipt(prepared, head) == chain_receipt(plain, head)
         assert json.loads(chain_receipt(plain, head)[1])["partition"] == 5
+
+
+def test_a_place_reads_as_before_on_partition_0_and_names_any_other():
+    assert (place(0, 7), place(3, 7), place(3, None)) == ("7", "3:7", "-")

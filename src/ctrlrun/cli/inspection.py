@@ -43,7 +43,7 @@ from ctrlrun.kernel.approval import ApprovalRecord, ApprovalStatus
 from ctrlrun.kernel.argument_display import shown_arguments
 from ctrlrun.kernel.effect import EffectRecord
 from ctrlrun.kernel.event import Event, EventType
-from ctrlrun.kernel.receipt import Receipt
+from ctrlrun.kernel.receipt import Receipt, place
 from ctrlrun.store.protocol import StateStore
 from ctrlrun.store.templates import KeyTemplate, effect_templates
 
@@ -218,9 +218,7 @@ def _receipt_lines(found: Inspection) -> list[tuple[str, str]]:
     lines = []
     for receipt in found.receipts:
         document = read_document(receipt)
-        seq = "-" if receipt.seq is None else str(receipt.seq)
-        if receipt.partition:
-            seq = f"{receipt.partition}:{seq}"
+        seq = place(receipt.partition, receipt.seq)
         if isinstance(document, str):
             lines.append(("receipt", f"seq {seq}  UNREADABLE  {receipt.receipt_id}  {document}"))
             continue

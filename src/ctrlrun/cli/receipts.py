@@ -27,6 +27,7 @@ from ctrlrun.kernel.receipt import (
     ChainReport,
     Receipt,
     describe,
+    place,
 )
 from ctrlrun.store.protocol import StateStore
 
@@ -71,10 +72,7 @@ def cites(receipt: Receipt, control: str) -> bool:
 
 
 def _seq(receipt: Receipt) -> str:
-    """The receipt's place: its seq, prefixed ``P:`` in a partition other than 0."""
-    if receipt.seq is None:
-        return "-"
-    return f"{receipt.partition}:{receipt.seq}" if receipt.partition else str(receipt.seq)
+    return place(receipt.partition, receipt.seq)
 
 
 def _why(document: dict[str, Any]) -> str:

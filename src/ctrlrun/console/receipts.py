@@ -11,6 +11,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ctrlrun.console.render import page
+from ctrlrun.kernel.receipt import place
 
 FIELDS = ("action", "agent", "effect_key")
 
@@ -21,7 +22,7 @@ def row(receipt: Any) -> dict[str, Any]:
         document: Any = receipt.document
     except ValueError as exc:
         document = f"unreadable: {exc}"
-    seq = place(receipt.partition, receipt.seq)
+    seq = _place(receipt.partition, receipt.seq)
     if not isinstance(document, dict):
         return {"seq": seq, "receipt_id": receipt.receipt_id, "unreadable": document}
     principal = document.get("principal")
@@ -40,11 +41,9 @@ def row(receipt: Any) -> dict[str, Any]:
     }
 
 
-def place(partition: int, seq: int | None) -> str | None:
-    """Where a receipt sits: its seq, prefixed ``P:`` in a partition other than 0."""
-    if seq is None:
-        return None
-    return f"{partition}:{seq}" if partition else str(seq)
+def _place(partition: int, seq: int | None) -> str | None:
+    """``kernel.receipt.place``, None for an unchained row (as the page always showed it)."""
+    return None if seq is None else place(partition, seq)
 
 
 def matches(shown: dict[str, Any], field: str, query: str) -> bool:
@@ -63,7 +62,7 @@ def routes(store: Any) -> list[Route]:
         field = request.query_params.get("field", "")
         receipts = await run_in_threadpool(store.receipts)
         report = await run_in_threadpool(store.verify_chain)
-        broken = {place(b.partition, b.seq) for b in report.breaks}
+        broken = {_place(b.partition, b.seq) for b in report.breaks}
         rows = [r for r in (row(x) for x in receipts) if matches(r, field, query)]
         return page(
             request,

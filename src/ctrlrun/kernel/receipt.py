@@ -109,6 +109,14 @@ _BREAK_TEXT: Final = {
 }
 
 
+def place(partition: int, seq: int | None) -> str:
+    """Where a receipt sits, as people read it: its seq (``-`` without one), prefixed ``P:``
+    in a partition other than 0, so partition 0's places read as they always have."""
+    if seq is None:
+        return "-"
+    return f"{partition}:{seq}" if partition else str(seq)
+
+
 def describe(brk: ChainBreak, partition: int | None = None) -> str:
     """One line saying what ``brk`` means, for a person. A break in a partition other than 0
     (``brk.partition`` unless ``partition`` is given) names it ("receipt 5 of partition 3

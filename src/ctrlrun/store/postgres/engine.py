@@ -183,13 +183,7 @@ class Engine:
     ) -> tuple[Verdict, CtrlrunError | None]:
         """The re-read on ``conn``: the verdict, and for ``OTHER`` the refusal. A landed write
         on a server whose COMMITs wait for standbys must also be confirmed replicated."""
-        txn = PgTxn(
-            conn,
-            self.queries,
-            schema=self.schema,
-            now_source=self.clock,
-            partitions=self.partitions,
-        )
+        txn = self._reader(conn)
         row = txn.one(evidence.read_query, evidence.read_params)
         verdict = evidence.judge(row)
         found = None
@@ -320,6 +314,16 @@ class Engine:
         txn.defer_begin()
         return txn
 
+    def _reader(self, conn: Connection) -> PgTxn:
+        """A read (or a re-read) on ``conn``: its clock is read when first asked for."""
+        return PgTxn(
+            conn,
+            self.queries,
+            schema=self.schema,
+            now_source=self.clock,
+            partitions=self.partitions,
+        )
+
     def _rollback(self, conn: Connection) -> None:
         """End a failed transaction. A connection that cannot roll back is discarded, never
         reused, and the error is not raised: the exception that failed the transaction is the
@@ -347,13 +351,7 @@ class Engine:
         """Run ``work`` outside any transaction (autocommit reads); ``StoreError`` on failure."""
         try:
             conn = self.connections.current()
-            txn = PgTxn(
-                conn,
-                self.queries,
-                schema=self.schema,
-                now_source=self.clock,
-                partitions=self.partitions,
-            )
+            txn = self._reader(conn)
             return work(txn)
         except psycopg.Error as exc:
             raise StoreError(f"{self.where}: read failed: {exc}") from exc

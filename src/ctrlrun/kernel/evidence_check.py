@@ -104,16 +104,8 @@ def evidence_breaks(snapshot: EvidenceSnapshot) -> Iterator[ChainBreak]:
 def _chain(snapshot: EvidenceSnapshot) -> ChainReport:
     """Every partition's chain walked by ``verify_chain``, the reports joined in partition
     order (``head``, ``anchor`` and ``checkpointed`` are partition 0's)."""
-    lost = tuple(_lost_partitions(snapshot.checkpoints, len(snapshot.heads) or 1))
-    if not snapshot.heads:
-        report = verify_chain(
-            snapshot.receipts,
-            snapshot.head,
-            anchor=snapshot.anchor,
-            checkpoints=partition_checkpoints(snapshot.checkpoints, 0),
-        )
-        return replace(report, breaks=report.breaks + lost) if lost else report
-    count = len(snapshot.heads)
+    heads = snapshot.heads or (snapshot.head,)  # one chain: the snapshot's head
+    count = len(heads)
     rows: list[list[StoredReceipt]] = [[] for _ in range(count)]
     stray: list[ChainBreak] = []
     for row in snapshot.receipts:
@@ -124,7 +116,7 @@ def _chain(snapshot: EvidenceSnapshot) -> ChainReport:
     reports = [
         verify_chain(
             rows[p],
-            snapshot.heads[p],
+            heads[p],
             anchor=snapshot.anchors.get(p, snapshot.anchor if p == 0 else None),
             checkpoints=partition_checkpoints(snapshot.checkpoints, p),
             partition=p,
@@ -134,7 +126,11 @@ def _chain(snapshot: EvidenceSnapshot) -> ChainReport:
     first = reports[0]
     return replace(
         first,
-        breaks=tuple(brk for report in reports for brk in report.breaks) + tuple(stray) + lost,
+        breaks=(
+            *(brk for report in reports for brk in report.breaks),
+            *stray,
+            *_lost_partitions(snapshot.checkpoints, count),
+        ),
         verified=sum(report.verified for report in reports),
         total=len(snapshot.receipts),
         heads=snapshot.heads,

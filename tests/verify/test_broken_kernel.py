@@ -36,8 +36,8 @@ def test_a_verifier_that_ignores_checkpoints_fails_g12(monkeypatch, policy):
 
     walk = receipt.verify_chain
 
-    def blind(rows, head, *, anchor=None, checkpoints=None):
-        return walk(rows, head, anchor=anchor)
+    def blind(rows, head, *, anchor=None, checkpoints=None, partition=0):
+        return walk(rows, head, anchor=anchor, partition=partition)
 
     monkeypatch.setattr("ctrlrun.kernel.evidence_check.verify_chain", blind)  # the one walk
     report = run(policy(POLICY), only=["G9", "G12"])

@@ -51,6 +51,7 @@ class Delegate:
                     "result_json": result_json(record.result),
                     "error": record.error,
                     "resolved_by": resolver,
+                    "committed_receipt_id": None,
                     "from_state": str(record.state),
                     "action_id": record.action_id,
                     "attempt": record.attempt,

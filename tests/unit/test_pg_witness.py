@@ -48,6 +48,7 @@ MOVE = {
 
 def row(**changes):
     base = {**INSERT, "result_json": None, "error": None, "resolved_by": None}
+    base["committed_receipt_id"] = None
     return {**base, **changes}
 
 

@@ -63,6 +63,10 @@ class EffectRecord:
     result: Any = None
     error: str | None = None
     resolved_by: str | None = None
+    committed_receipt_id: str | None = None
+    """The receipt of the attempt that committed the effect, when the store wrote it with the
+    outcome (None otherwise: not committed, committed by a person's resolution, or by a store
+    that does not keep it; the receipts are then searched)."""
 
     def lease_is_live(self, now: datetime) -> bool:
         """True iff the record is reserved/executing with a lease that has not passed ``now``."""
@@ -143,6 +147,7 @@ def plan_reservation(
                 f"effect {effect_key!r} already committed (attempt {record.attempt})",
                 effect_key=effect_key,
                 result=record.result,
+                receipt_id=record.committed_receipt_id,
             )
         )
     if record.state is EffectState.AMBIGUOUS:
@@ -231,6 +236,7 @@ def plan_transition(
         return AlreadyCommitted(
             f"effect {effect_key!r} already committed",
             effect_key=effect_key,
+            receipt_id=record.committed_receipt_id,
         )
     if not ours and record.lease_is_live(now):
         return InProgress(

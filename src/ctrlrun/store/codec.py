@@ -83,6 +83,7 @@ def _effect(row: Row, read_ts: ReadTs) -> EffectRecord:
         result=None if result_json is None else json.loads(result_json),
         error=row["error"],
         resolved_by=row["resolved_by"],
+        committed_receipt_id=row["committed_receipt_id"],
     )
 
 

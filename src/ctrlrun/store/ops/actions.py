@@ -108,6 +108,7 @@ def finish_action_in_txn(txn: Txn, request: FinishRequest) -> StoredReceipt:
             outcome=request.outcome,
             result=request.result,
             error=request.error,
+            receipt_id=str(request.receipt["receipt_id"]),
         )
     if request.give_back_budget:
         give_back_in_txn(txn, request.action_id)

@@ -187,9 +187,11 @@ def _move_from(
     result: Any,
     lease: Any = None,
     resolved_by: str | None = None,
+    committed_receipt_id: str | None = None,
 ) -> bool:
     """``_move`` from ``(effect_key, state, action_id, attempt)``: the finish's first try
-    needs no record read or built to state what it expects."""
+    needs no record read or built to state what it expects. ``committed_receipt_id`` is the
+    receipt of an outcome that commits (a store whose move cannot keep it ignores it)."""
     effect_key, state, action_id, attempt = source
     return (
         txn.run(
@@ -202,6 +204,7 @@ def _move_from(
                 "result_json": result_json(result),
                 "error": error,
                 "resolved_by": resolved_by,
+                "committed_receipt_id": committed_receipt_id,
                 "from_state": str(state),
                 "action_id": action_id,
                 "attempt": attempt,
@@ -220,14 +223,18 @@ def finish_effect_in_txn(
     outcome: EffectState,
     result: Any,
     error: str | None,
+    receipt_id: str | None = None,
 ) -> None:
     """Move this attempt's EXECUTING record to ``outcome``; raise the refusal if it cannot.
+    A COMMITTED record keeps ``receipt_id``, the outcome's receipt, so a later duplicate can
+    name it without searching the receipts.
 
     An AMBIGUOUS outcome also settles a RESERVED record, and is a no-op on a record this
     attempt already left AMBIGUOUS (marking ambiguity is idempotent).
     """
     expected = (effect_key, EffectState.EXECUTING, action_id, attempt)
-    if _move_from(txn, expected, outcome, error=error, result=result):
+    kept = receipt_id if outcome is EffectState.COMMITTED else None
+    if _move_from(txn, expected, outcome, error=error, result=result, committed_receipt_id=kept):
         return
     record = get_effect_in_txn(txn, effect_key)
     ours = record is not None and record.action_id == action_id and record.attempt == attempt

@@ -342,7 +342,7 @@ class Engine:
     def _failed(self, operation: str, exc: psycopg.Error) -> WriteFailed:
         message = f"{self.where}: {operation}: nothing was committed: {exc}"
         if exc.sqlstate == GUARD_SQLSTATE:
-            return GuardMissed(message, operation=operation)
+            return GuardMissed(message, operation=operation, detail=exc.diag.message_detail)
         return WriteFailed(message, sqlstate=exc.sqlstate, operation=operation)
 
     # --- reads ---------------------------------------------------------------------------

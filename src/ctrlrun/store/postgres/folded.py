@@ -30,19 +30,21 @@ import json
 import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
 from ctrlrun.canonical import canonical_text
-from ctrlrun.kernel.effect import EffectState, Reservation
+from ctrlrun.errors import Refused, StoreError
+from ctrlrun.kernel.effect import EffectState, Reservation, plan_reservation
 from ctrlrun.kernel.event import EventDraft, EventType
 from ctrlrun.kernel.evidence_text import event_data_json, result_json
 from ctrlrun.kernel.partition import receipt_partition
 from ctrlrun.kernel.receipt import ReceiptDraft, StoredReceipt, draft_in_partition
+from ctrlrun.store.codec import effect_from_row
 from ctrlrun.store.ops.actions import start_action_in_txn
 from ctrlrun.store.protocol import FinishRequest, Started, StartRequest
 
-__all__ = ["PendingReceipt", "PendingStart", "finish", "record", "start"]
+__all__ = ["PendingReceipt", "PendingStart", "finish", "record", "refusal_met", "start"]
 
 if TYPE_CHECKING:  # the driver is imported when a store is constructed, not before
     from ctrlrun.store.postgres.txn import PgTxn
@@ -100,6 +102,37 @@ def start_effect(txn: PgTxn, request: StartRequest) -> PendingStart:
     }
     txn.fold_later(reserve, ((reserve, "", params),), keep_as=reserve)
     return PendingStart(txn, request)
+
+
+def refusal_met(detail: str | None, request: StartRequest) -> Refused | None:
+    """The refusal of a folded reservation whose key exists, from the record the function met
+    (its CR001's DETAIL: the row as committed and the instant it judged by), when the planner
+    refuses and writes nothing; None sends the start to the shared path, which reads and
+    plans anew (a lapsed lease to write AMBIGUOUS, a failed attempt to renew, no detail).
+    One transaction for a duplicate instead of two."""
+    assert request.effect_key is not None
+    try:
+        met = json.loads(detail or "null")
+        if not isinstance(met, dict):
+            return None
+        record = effect_from_row({**met, "effect_key": request.effect_key}, _utc)
+        now = _utc(met["now"])
+    except (ValueError, KeyError, TypeError, StoreError):
+        return None  # the shared path reads the record itself and reports what it finds
+    plan = plan_reservation(
+        record,
+        effect_key=request.effect_key,
+        action_id=request.action_id,
+        lease=request.lease,
+        now=now,
+        max_attempts=request.max_attempts,
+    )
+    return None if plan.refusal is None or plan.ambiguate else plan.refusal
+
+
+def _utc(text: Any) -> datetime:
+    """An instant the server wrote as UTC wall time without an offset (or None)."""
+    return datetime.fromisoformat(text).replace(tzinfo=UTC)
 
 
 @dataclass(frozen=True, slots=True)

@@ -204,8 +204,9 @@ class PostgresStateStore(SQLStore):
     def start_action(self, request: StartRequest) -> Started:
         """See ``StateStore.start_action``. Overrides the shared path on the hot path: folded
         into the COMMIT's message when the key is absent; a key that exists (``GuardMissed``,
-        nothing committed) goes to the shared ``start_action_in_txn``, which reads the record
-        and asks the planner."""
+        nothing committed) is refused from the record the server met when the planner refuses
+        it outright, and otherwise goes to the shared ``start_action_in_txn``, which reads the
+        record and asks the planner."""
         lapsed: list[bool] = []
 
         def run(fold: bool) -> Started | folded.PendingStart:
@@ -221,7 +222,10 @@ class PostgresStateStore(SQLStore):
         try:
             try:  # a budgeted call's charge goes with the shared path (decision 0028)
                 started = run(fold=request.budget is None)
-            except GuardMissed:
+            except GuardMissed as missed:
+                refusal = folded.refusal_met(missed.detail, request)
+                if refusal is not None:
+                    raise refusal from None
                 started = run(fold=False)
         except AmbiguousEffect:
             if any(lapsed):  # a lease was found expired: judge the clocks (never the lease)

@@ -66,8 +66,9 @@ class GuardMissed(WriteFailed):
     decides again on the shared path in a new transaction. The Postgres store's own signal,
     caught where it folds; were one ever to escape, it is still a ``WriteFailed``."""
 
-    def __init__(self, message: str, *, operation: str = "") -> None:
+    def __init__(self, message: str, *, operation: str = "", detail: str | None = None) -> None:
         super().__init__(message, sqlstate=GUARD_SQLSTATE, operation=operation)
+        self.detail = detail or None  # what the function met, when it says (JSON)
 
 
 EFFECT_WRITES: Final = frozenset(

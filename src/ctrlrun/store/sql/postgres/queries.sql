@@ -18,17 +18,17 @@ SELECT clock_timestamp() AS server_now;
 
 -- name: effect_get
 SELECT effect_key, state, action_id, attempt, created_at, updated_at, lease_expires_at,
-       result_json, error, resolved_by, write_token
+       result_json, error, resolved_by, write_token, committed_receipt_id
 FROM {schema}.effects WHERE effect_key = %(effect_key)s;
 
 -- name: effect_list
 SELECT effect_key, state, action_id, attempt, created_at, updated_at, lease_expires_at,
-       result_json, error, resolved_by
+       result_json, error, resolved_by, committed_receipt_id
 FROM {schema}.effects ORDER BY created_at, effect_key;
 
 -- name: effect_list_by_state
 SELECT effect_key, state, action_id, attempt, created_at, updated_at, lease_expires_at,
-       result_json, error, resolved_by
+       result_json, error, resolved_by, committed_receipt_id
 FROM {schema}.effects WHERE state = %(state)s ORDER BY created_at, effect_key;
 
 -- Every write below is one call to a function of the schema that runs as its owner

@@ -154,7 +154,8 @@ BEGIN
     END IF;
     UPDATE "{schema}".effects AS f
     SET state = p_state, updated_at = stamped_at, lease_expires_at = p_lease_expires_at,
-        result_json = p_result_json, error = p_error, write_token = p_write_token
+        result_json = p_result_json, error = p_error, write_token = p_write_token,
+        committed_receipt_id = CASE WHEN p_state = 'committed' THEN p_receipt_id END
     WHERE f.effect_key = p_effect_key AND f.state = p_from_state AND f.action_id = p_action_id
       AND f.attempt = p_attempt;
     IF NOT FOUND THEN
@@ -383,6 +384,7 @@ CREATE FUNCTION {schema}.ctrlrun_reserve_effect(p_effect_key text, p_state text,
 DECLARE
     expiry timestamptz;
     expiry_text text;
+    met text;
 BEGIN
     IF p_state IS NULL OR p_state NOT IN ('reserved', 'executing') OR p_lease_us IS NULL
        OR p_lease_us <= 0 THEN
@@ -398,8 +400,19 @@ BEGIN
             p_write_token)
     ON CONFLICT (effect_key) DO NOTHING;
     IF NOT FOUND THEN
+        -- the record that is there, as committed: the caller refuses from it when its
+        -- planner would (no second transaction); anything else it decides anew
+        met := (SELECT pg_catalog.json_build_object(
+            'state', f.state, 'action_id', f.action_id, 'attempt', f.attempt,
+            'created_at', f.created_at AT TIME ZONE 'UTC',
+            'updated_at', f.updated_at AT TIME ZONE 'UTC',
+            'lease_expires_at', f.lease_expires_at AT TIME ZONE 'UTC',
+            'result_json', f.result_json, 'error', f.error, 'resolved_by', f.resolved_by,
+            'committed_receipt_id', f.committed_receipt_id,
+            'now', stamped_at AT TIME ZONE 'UTC')::text
+                FROM "{schema}".effects AS f WHERE f.effect_key = p_effect_key);
         RAISE EXCEPTION 'ctrlrun: a folded conditional write matched no row'
-            USING ERRCODE = 'CR001';
+            USING ERRCODE = 'CR001', DETAIL = COALESCE(met, '');
     END IF;
     expiry_text := to_char(expiry AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS')
         || CASE WHEN date_part('microseconds', expiry)::bigint % 1000000 = 0 THEN ''
@@ -546,6 +559,7 @@ CREATE TABLE {schema}.effects (
     error text,
     resolved_by text COLLATE pg_catalog."C",
     write_token text NOT NULL COLLATE pg_catalog."C",
+    committed_receipt_id text COLLATE pg_catalog."C",
     CONSTRAINT effects_attempt_check CHECK ((attempt >= 1)),
     CONSTRAINT effects_state_check CHECK ((state = ANY (ARRAY['reserved'::text, 'executing'::text, 'committed'::text, 'failed'::text, 'ambiguous'::text])))
 );

@@ -2,17 +2,17 @@
 
 -- name: effect_get
 SELECT effect_key, state, action_id, attempt, created_at, updated_at, lease_expires_at,
-       result_json, error, resolved_by
+       result_json, error, resolved_by, committed_receipt_id
 FROM effects WHERE effect_key = :effect_key;
 
 -- name: effect_list
 SELECT effect_key, state, action_id, attempt, created_at, updated_at, lease_expires_at,
-       result_json, error, resolved_by
+       result_json, error, resolved_by, committed_receipt_id
 FROM effects ORDER BY created_at, effect_key;
 
 -- name: effect_list_by_state
 SELECT effect_key, state, action_id, attempt, created_at, updated_at, lease_expires_at,
-       result_json, error, resolved_by
+       result_json, error, resolved_by, committed_receipt_id
 FROM effects WHERE state = :state ORDER BY created_at, effect_key;
 
 -- name: effect_insert
@@ -31,7 +31,8 @@ WHERE effect_key = :effect_key AND state = 'failed' AND attempt = :from_attempt
 -- name: effect_move
 UPDATE effects
 SET state = :state, updated_at = :updated_at, lease_expires_at = :lease_expires_at,
-    result_json = :result_json, error = :error, resolved_by = COALESCE(:resolved_by, resolved_by)
+    result_json = :result_json, error = :error, resolved_by = COALESCE(:resolved_by, resolved_by),
+    committed_receipt_id = :committed_receipt_id
 WHERE effect_key = :effect_key AND state = :from_state AND action_id = :action_id
   AND attempt = :attempt;
 

@@ -87,7 +87,7 @@ CREATE TABLE effects (
     result_json      TEXT,
     error            TEXT,
     resolved_by      TEXT
-) WITHOUT ROWID;
+, committed_receipt_id TEXT) WITHOUT ROWID;
 
 CREATE TABLE events (
     event_id    INTEGER PRIMARY KEY,

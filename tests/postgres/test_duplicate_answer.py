@@ -1,0 +1,146 @@
+"""A key that exists is answered in the transaction that met it (issue 28): the folded
+reservation's CR001 carries the record the server found, and the store refuses from it when
+the planner refuses outright; everything the planner would write or grant still goes to the
+shared path, which reads and plans anew. Each refusal is the shared path's, field for field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from ctrlrun.errors import AlreadyCommitted, AmbiguousEffect, InProgress, Refused
+from ctrlrun.kernel.effect import EffectState
+from ctrlrun.store.ops.actions import start_action_in_txn
+from ctrlrun.store.postgres import folded
+from ctrlrun.store.postgres import store as store_module
+from ctrlrun.store.protocol import StartRequest
+from ctrlrun.testing import ManualClock
+from support.store_calls import KEY, finish, start
+
+pytestmark = pytest.mark.postgres
+
+T0 = datetime(2030, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+LEASE = timedelta(seconds=30)
+
+
+@pytest.fixture
+def shared_path(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The action ids the store sent to the shared path (``start_action_in_txn``)."""
+    entered: list[str] = []
+
+    def counted(txn: Any, request: StartRequest) -> Any:
+        entered.append(request.action_id)
+        return start_action_in_txn(txn, request)
+
+    monkeypatch.setattr(store_module, "start_action_in_txn", counted)
+    return entered
+
+
+def refused(call: Callable[[], Any]) -> Refused:
+    with pytest.raises(Refused) as caught:
+        call()
+    return caught.value
+
+
+def same_refusal(fast: Refused, shared: Refused) -> None:
+    assert type(fast) is type(shared)
+    assert fast.fields() == shared.fields() and str(fast) == str(shared)
+
+
+def committed(store: Any) -> None:
+    start(store, lease=LEASE)
+    finish(store, result={"ok": 1})
+
+
+def executing(store: Any) -> None:
+    start(store, lease=LEASE)
+
+
+def ambiguous(store: Any) -> None:
+    start(store, lease=LEASE)
+    finish(store, outcome=EffectState.AMBIGUOUS)
+
+
+@pytest.mark.parametrize(
+    ("setup", "kind"),
+    [(committed, AlreadyCommitted), (executing, InProgress), (ambiguous, AmbiguousEffect)],
+)
+def test_a_refusal_comes_from_the_record_met_and_equals_the_shared_paths(
+    open_store, shared_path, setup, kind
+):
+    store = open_store(clock=ManualClock(T0))
+    setup(store)
+    before = store.write_transactions
+    fast = refused(lambda: start(store, "act_2", lease=LEASE))
+    assert isinstance(fast, kind) and shared_path == []
+    assert store.write_transactions == before  # nothing committed for the refusal
+    shared = refused(
+        lambda: store.transact(
+            lambda txn: start_action_in_txn(txn, StartRequest("act_2", KEY, lease=LEASE))
+        )
+    )
+    same_refusal(fast, shared)
+
+
+def test_a_committed_duplicate_names_the_committing_receipt(open_store, shared_path):
+    store = open_store()
+    committed(store)
+    fast = refused(lambda: start(store, "act_2"))
+    assert isinstance(fast, AlreadyCommitted)
+    assert fast.receipt_id == "rcp_act_1_1" and fast.result == {"ok": 1}
+    assert store.get_effect(KEY).committed_receipt_id == "rcp_act_1_1"
+
+
+def test_a_lapsed_lease_goes_to_the_shared_path_which_writes_it_ambiguous(open_store, shared_path):
+    clock = ManualClock(T0)
+    store = open_store(clock=clock)
+    executing(store)
+    clock.advance(LEASE + timedelta(seconds=1))
+    assert isinstance(refused(lambda: start(store, "act_2", lease=LEASE)), AmbiguousEffect)
+    assert shared_path == ["act_2"]
+    assert store.get_effect(KEY).state is EffectState.AMBIGUOUS
+
+
+def test_a_failed_attempt_goes_to_the_shared_path_which_renews_it(open_store, shared_path):
+    store = open_store()
+    start(store)
+    finish(store, outcome=EffectState.FAILED)
+    assert start(store, "act_2").reservation.attempt == 2
+    assert shared_path == ["act_2"]
+
+
+def test_a_template_that_differs_goes_to_the_shared_path(open_store, shared_path):
+    store = open_store()
+    start(store, action_name="pay.refund", effect_template="refund:{id}")
+    refusal = refused(
+        lambda: start(
+            store,
+            "act_2",
+            key="refund:x",
+            action_name="pay.refund",
+            effect_template="refund:{other}",
+        )
+    )
+    assert refusal.reason == "effect_template_changed" and shared_path == ["act_2"]
+
+
+@pytest.mark.parametrize(
+    "detail",
+    [
+        None,
+        "",
+        "[]",
+        "not json",
+        '{"state": "committed"}',
+        '{"state": "nonsense", "action_id": "a", "attempt": 1, "created_at":'
+        ' "2030-01-02T03:04:05", "updated_at": "2030-01-02T03:04:05", "lease_expires_at":'
+        ' null, "result_json": null, "error": null, "resolved_by": null,'
+        ' "committed_receipt_id": null, "now": "2030-01-02T03:04:05"}',
+    ],
+)
+def test_a_detail_that_cannot_be_read_sends_the_start_to_the_shared_path(detail):
+    assert folded.refusal_met(detail, StartRequest("act_2", KEY)) is None

@@ -16,6 +16,7 @@ from psycopg import errors, sql
 
 from ctrlrun.errors import StoreError
 from ctrlrun.kernel.approval import ApprovalRequestDraft, ApprovalStatus
+from ctrlrun.kernel.partition import receipt_partition
 from ctrlrun.kernel.receipt import BreakKind
 from ctrlrun.postgres import PostgresStateStore
 from support.store_calls import finish, start
@@ -268,4 +269,33 @@ def test_a_receipt_linked_into_a_chain_its_document_does_not_state_is_named(role
         breaks = [(b.kind, b.partition, b.seq) for b in owner.verify_chain().breaks]
         assert breaks == [(BreakKind.LINK_BROKEN, 1, 1)]
     finally:
+        owner.close()
+
+
+def test_a_receipt_in_a_chain_its_key_does_not_hash_to_is_named(roles):
+    """The agent may state and pass the same wrong chain: the document agrees with its row,
+    but a receipt written since partitioning belongs in the chain its effect key hashes to,
+    so every verifier names it ``link_broken`` there; one placed by the key is not named."""
+    key = "refund:pay_w"
+    wrong = receipt_partition(key, "act_w", 64) % 63 + 1  # another chain, never partition 0
+    assert wrong != receipt_partition(key, "act_w", 64)
+    text = (
+        '{"action_id":"act_w","effect_key":"refund:pay_w","partition":WRONG,"prev_hash":"P",'
+        '"receipt_id":"rcp_w","result":"denied","seq":S}'
+    ).replace("WRONG", str(wrong))
+    with roles.as_agent() as conn:
+        conn.execute(
+            "SELECT * FROM ctrlrun_record_receipt(NULL, '[]', 'rcp_w', 'act_w', %s,"
+            " 'denied', %s, 'S', 'P', %s)",
+            [key, text, wrong],
+        )
+    agent = PostgresStateStore(roles.agent_url, schema=roles.schema)
+    owner = PostgresStateStore(roles.owner_url, schema=roles.schema)
+    try:
+        start(agent, "act_r", key="refund:pay_r")
+        finish(agent, "act_r", key="refund:pay_r")  # placed by its key: not named
+        breaks = [(b.kind, b.partition, b.seq) for b in owner.verify_chain().breaks]
+        assert breaks == [(BreakKind.LINK_BROKEN, wrong, 1)]
+    finally:
+        agent.close()
         owner.close()

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+import ctrlrun
 from ctrlrun import Control, SQLiteStateStore
 from ctrlrun._time import utc_now
 from ctrlrun.config import load_policy_text
@@ -69,3 +70,14 @@ def control(store, clock):
 @pytest.fixture
 def remote() -> Remote:
     return Remote()
+
+
+@pytest.fixture
+def refund(control, remote):
+    """``stripe.refund`` protected by ``control``, calling ``remote``."""
+
+    @ctrlrun.protect("stripe.refund", control=control)
+    def refund(payment_id: str, amount: int, currency: str = "eur"):
+        return remote(payment_id=payment_id, amount=amount, currency=currency)
+
+    return refund

@@ -14,15 +14,6 @@ import ctrlrun
 from ctrlrun import AlreadyCommitted, EffectState
 
 
-@pytest.fixture
-def refund(control, remote):
-    @ctrlrun.protect("stripe.refund", control=control)
-    def refund(payment_id: str, amount: int, currency: str = "eur"):
-        return remote(payment_id=payment_id, amount=amount, currency=currency)
-
-    return refund
-
-
 def no_search(monkeypatch: pytest.MonkeyPatch, store: Any) -> list[Any]:
     """Record every search of the receipts by action on ``store`` (there must be none)."""
     searched: list[Any] = []

@@ -26,15 +26,6 @@ from ctrlrun import (
 )
 
 
-@pytest.fixture
-def refund(control, remote):
-    @ctrlrun.protect("stripe.refund", control=control)
-    def refund(payment_id: str, amount: int, currency: str = "eur"):
-        return remote(payment_id=payment_id, amount=amount, currency=currency)
-
-    return refund
-
-
 def receipts(store):
     return [r.document for r in store.receipts()]
 

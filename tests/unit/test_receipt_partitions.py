@@ -260,3 +260,66 @@ class TestADraftStatesItsChain:
 
 def test_a_place_reads_as_before_on_partition_0_and_names_any_other():
     assert (place(0, 7), place(3, 7), place(3, None)) == ("7", "3:7", "-")
+
+
+def keyed_chain(
+    keys: list[str | None], partition: int, written: int | None
+) -> tuple[list[StoredReceipt], ChainHead]:
+    """Receipts of ``partition`` for ``keys`` (None: no effect key), each read for
+    verification with ``written`` as its write order."""
+    rows, head = [], GENESIS_HEAD
+    for index, key in enumerate(keys):
+        draft: dict[str, object] = {"receipt_id": f"rcp_{index}", "action_id": f"act_{index}"}
+        if key is not None:
+            draft["effect_key"] = key
+        if partition:
+            draft["partition"] = partition
+        seq, text, digest = chain_receipt(draft, head)
+        rows.append(
+            StoredReceipt(seq, f"rcp_{index}", text, digest, None, None, partition, written)
+        )
+        head = ChainHead(seq, digest)
+    return rows, head
+
+
+def hashing_to(partition: int, count: int) -> str:
+    return next(f"k{n}" for n in range(1000) if partition_of(f"k{n}", count) == partition)
+
+
+class TestPlacedByItsKey:
+    """A receipt written since partitioning sits in the chain its key (else its action id)
+    hashes to; the verifier names one that does not, and exempts older history."""
+
+    def report(self, keys: list[str | None], partition: int, written: int | None) -> list:
+        rows, head = keyed_chain(keys, partition, written)
+        heads = tuple(head if p == partition else GENESIS_HEAD for p in range(3))
+        snapshot = EvidenceSnapshot(tuple(rows), heads[0], heads=heads)
+        return [(b.kind, b.partition, b.seq) for b in verify_evidence(snapshot).breaks]
+
+    def test_receipts_placed_by_their_key_or_action_are_not_named(self):
+        assert self.report([hashing_to(1, 3), hashing_to(1, 3)], 1, 5) == []
+        action = next(n for n in range(100) if partition_of(f"act_{n}", 3) == 0)
+        assert self.report([hashing_to(0, 3)] * action + [None], 0, 5) == []
+
+    def test_a_receipt_in_another_chain_than_its_key_hashes_to_is_named(self):
+        assert self.report([hashing_to(1, 3), hashing_to(2, 3)], 1, 5) == [
+            (BreakKind.LINK_BROKEN, 1, 2)
+        ]
+
+    @pytest.mark.parametrize("written", [None, 0, -4])
+    def test_history_from_before_partitioning_or_unnumbered_is_exempt(self, written):
+        assert self.report([hashing_to(2, 3), hashing_to(1, 3)], 0, written) == []
+
+    def test_a_receipt_already_named_is_not_named_twice(self):
+        rows, head = keyed_chain([hashing_to(2, 3)], 1, 5)
+        altered = replace(rows[0], text=rows[0].text.replace("rcp_0", "rcp_9"))
+        snapshot = EvidenceSnapshot((altered,), None, heads=(GENESIS_HEAD, head, GENESIS_HEAD))
+        breaks = [(b.kind, b.partition, b.seq) for b in verify_evidence(snapshot).breaks]
+        assert breaks == [(BreakKind.CONTENT_ALTERED, 1, 1)]
+
+    @pytest.mark.parametrize("draft", [{"receipt_id": "r"}, {"receipt_id": "r", "action_id": 7}])
+    def test_a_document_without_an_action_id_is_left_to_the_chain(self, draft):
+        seq, text, digest = chain_receipt(draft, GENESIS_HEAD)
+        row = StoredReceipt(seq, "r", text, digest, None, None, 0, 5)
+        snapshot = EvidenceSnapshot((row,), ChainHead(seq, digest), heads=(ChainHead(seq, digest),))
+        assert verify_evidence(snapshot).breaks == ()

@@ -23,6 +23,7 @@ from typing import Any, Final
 
 from ctrlrun.kernel.approval import ApprovalRecord, Grant, requesters
 from ctrlrun.kernel.identity import identities
+from ctrlrun.kernel.partition import receipt_partition
 from ctrlrun.kernel.policy import Policy
 from ctrlrun.kernel.receipt import (
     BreakKind,
@@ -124,10 +125,12 @@ def _chain(snapshot: EvidenceSnapshot) -> ChainReport:
         for p in range(count)
     ]
     first = reports[0]
+    named = [brk for report in reports for brk in report.breaks]
     return replace(
         first,
         breaks=(
-            *(brk for report in reports for brk in report.breaks),
+            *named,
+            *_misplaced(snapshot.receipts, count, {(b.partition, b.seq) for b in named}),
             *stray,
             *_lost_partitions(snapshot.checkpoints, count),
         ),
@@ -135,6 +138,25 @@ def _chain(snapshot: EvidenceSnapshot) -> ChainReport:
         total=len(snapshot.receipts),
         heads=snapshot.heads,
     )
+
+
+def _misplaced(
+    receipts: Iterable[StoredReceipt], count: int, named: set[tuple[int, int | None]]
+) -> Iterator[ChainBreak]:
+    """A receipt written since the chains were partitioned (``written`` above 0) that sits
+    in, and states, a chain other than the one its effect key (else its action id) hashes to:
+    placed there by a writer that chose the chain itself. A receipt already named is left to
+    that break; history from before partitioning is partition 0's, whatever its key."""
+    for row in receipts:
+        if row.written is None or row.written <= 0 or (row.partition, row.seq) in named:
+            continue
+        document = _document(row)
+        if document is None or not isinstance(document.get("action_id"), str):
+            continue
+        key = document.get("effect_key")
+        source = key if isinstance(key, str) else None
+        if receipt_partition(source, document["action_id"], count) != row.partition:
+            yield ChainBreak(BreakKind.LINK_BROKEN, row.seq, row.partition)
 
 
 def _lost_partitions(checkpoints: Checkpointed, count: int) -> Iterator[ChainBreak]:

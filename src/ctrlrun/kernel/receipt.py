@@ -174,6 +174,9 @@ class StoredReceipt:
     ``""`` (``text``), ``"-"`` (``receipt_id``) or None (``hash``)."""
     partition: int = 0
     """The chain the store keeps the row in (its ``partition_id`` column)."""
+    written: int | None = None
+    """Its write order, when read for verification by a store that keeps one: above 0 for a
+    receipt written since the store's chains were partitioned (placed by its key's hash)."""
 
     _parsed: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
 

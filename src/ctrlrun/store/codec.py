@@ -145,7 +145,13 @@ def receipt_from_row(row: Row, *, columns: bool = False) -> StoredReceipt:
         columns=(row["action_id"], row["effect_key"], row["result"]) if columns else None,
         unreadable="; ".join(wrong) or None,
         partition=int(row["partition_id"]),
+        written=_written(row["written"]) if columns else None,
     )
+
+
+def _written(value: Any) -> int | None:
+    """The write order a verification row carries (None where the store keeps none)."""
+    return value if type(value) is int else None
 
 
 def _not_text(column: str, value: Any) -> str:

@@ -217,7 +217,7 @@ SELECT receipt_id, seq, document, hash, partition_id FROM {schema}.receipts
 ORDER BY written;
 
 -- name: receipt_list_verify
-SELECT receipt_id, seq, action_id, effect_key, result, document, hash, partition_id
+SELECT receipt_id, seq, action_id, effect_key, result, document, hash, partition_id, written
 FROM {schema}.receipts
 ORDER BY partition_id, seq;
 

@@ -143,7 +143,8 @@ SELECT receipt_id, seq, document, hash, 0 AS partition_id FROM receipts
 ORDER BY seq IS NULL, seq, created_at;
 
 -- name: receipt_list_verify
-SELECT receipt_id, seq, action_id, effect_key, result, document, hash, 0 AS partition_id
+SELECT receipt_id, seq, action_id, effect_key, result, document, hash, 0 AS partition_id,
+       NULL AS written
 FROM receipts
 ORDER BY seq IS NULL, seq, created_at;
 

@@ -117,3 +117,13 @@ def test_the_evaluated_event_s_data_is_encoded_as_it_was(decision, reason, polic
         assert dict(data) == plain
         expected = json.dumps(plain, sort_keys=True, separators=(",", ":"), default=repr)
         assert event_data_json(data) == expected
+
+
+@given(texts, texts, texts, st.lists(lines, max_size=3))
+def test_a_kept_verdict_is_the_verdict_of_its_values(decision, reason, policy_hash, cited):
+    from ctrlrun.runtime.receipts import decided
+
+    controls = tuple(sorted(cited))
+    kept = decided(decision, reason, policy_hash, controls)
+    assert kept == Verdict(decision, reason, policy_hash, controls)
+    assert decided(decision, reason, policy_hash, controls) is kept  # built once, then shared

@@ -71,7 +71,14 @@ from ctrlrun.runtime.call import (
 from ctrlrun.runtime.context import current_approval, hold, release
 from ctrlrun.runtime.normalize import normalized
 from ctrlrun.runtime.observe import NOT_STARTED, begin_observed, observed_request
-from ctrlrun.runtime.receipts import Verdict, describe, evaluated, proposed, receipt_draft
+from ctrlrun.runtime.receipts import (
+    Verdict,
+    decided,
+    describe,
+    evaluated,
+    proposed,
+    receipt_draft,
+)
 from ctrlrun.runtime.reconcile import reconcile_blocked
 from ctrlrun.runtime.sinks import emit, emit_approval
 from ctrlrun.runtime.tracing import traced
@@ -145,7 +152,7 @@ def begin(control: Control, action: Action, spec: CallSpec, policy: Policy | Non
         return call
     call.effect_key = effect_key(call)
     evaluation = policy.evaluate(action)
-    call.verdict = Verdict(
+    call.verdict = decided(
         str(evaluation.decision), evaluation.label, policy.policy_hash, evaluation.controls
     )
     call.pre = (proposed(action), evaluated(action, call.verdict, call.effect_key))

@@ -241,6 +241,7 @@ class Replay:
         c.execute("BEGIN IMMEDIATE")
         moved = {**effect, "state": "committed", "from_state": "executing", "updated_at": ts}
         extra = {"lease_expires_at": None, "result_json": "1", "error": None, "resolved_by": None}
+        extra["committed_receipt_id"] = f"rcp_{i}"
         if c.execute(q["effect_move"], {**moved, **extra}).rowcount != 1:
             raise AssertionError("replay: the outcome update matched no row")
         c.execute(q["event_insert"], {**event, "data_json": self.second})

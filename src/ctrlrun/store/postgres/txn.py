@@ -191,7 +191,9 @@ class PgTxn:
                 raise AssertionError(f"{name} needs its row count checked; it cannot be deferred")
             stamped = self._stamp(name, params)
             self.witness.saw(name, stamped, 1)
-            bound.update((prefix + key, value) for key, value in stamped.items())
+            bound.update(
+                {prefix + key: value for key, value in stamped.items()} if prefix else stamped
+            )
         self._wanted[len(self._pending)] = keep_as
         self._pending.append(self._bind(query, bound))
 

@@ -17,7 +17,7 @@ from ctrlrun.canonical import canonical_text, sha256_hex
 from ctrlrun.errors import InvalidArgument
 from ctrlrun.kernel.action import Action, Principal
 from ctrlrun.kernel.evidence_text import attempt_data, event_data_json
-from ctrlrun.kernel.receipt import ChainHead, ReceiptDraft, chain_receipt
+from ctrlrun.kernel.receipt import ChainHead, ReceiptDraft, chain_receipt, draft_in_partition
 from ctrlrun.runtime.receipts import proposed
 
 settings.register_profile("ctrlrun", derandomize=True, max_examples=200, deadline=None)
@@ -75,6 +75,28 @@ def test_a_receipt_draft_links_to_the_encoder_s_bytes(fields, seq, prev):
     expected = canonical_text({**fields, "seq": seq + 1, "prev_hash": prev})
     assert chain_receipt(draft, head) == (seq + 1, expected, sha256_hex(expected.encode()))
     assert dict(draft) == fields and len(draft) == len(fields)
+
+
+# keys around "partition" in canonical order, so the field lands first, last or between
+near_partition = st.sampled_from(["pa", "partitio", "partitions", "payload", "policy_hash", "z"])
+
+
+@given(
+    st.dictionaries(texts | near_partition, values, max_size=8),
+    st.integers(1, 4095),
+    st.integers(0, 2**40),
+    texts,
+)
+@example({}, 1, 0, "")
+@example({"policy_hash": "h"}, 7, 0, "")
+def test_a_draft_in_a_partition_links_to_the_encoder_s_bytes(fields, partition, seq, prev):
+    for key in ("seq", "prev_hash", "partition"):
+        fields.pop(key, None)
+    texts_ = {key: canonical_text(value) for key, value in list(fields.items())[:2]}
+    draft = draft_in_partition(ReceiptDraft(fields, texts_), partition)
+    expected = canonical_text({**fields, "partition": partition, "seq": seq + 1, "prev_hash": prev})
+    assert chain_receipt(draft, ChainHead(seq, prev))[1] == expected
+    assert dict(draft) == {**fields, "partition": partition}
 
 
 def test_a_draft_that_already_holds_a_link_key_is_encoded_whole():

@@ -223,6 +223,7 @@ class PostgresStateStore(SQLStore):
             try:  # a budgeted call's charge goes with the shared path (decision 0028)
                 started = run(fold=request.budget is None)
             except GuardMissed as missed:
+                # a duplicate in 3 round trips instead of 9 (decision 0031, performance.md)
                 refusal = folded.refusal_met(missed.detail, request)
                 if refusal is not None:
                     raise refusal from None

@@ -1,7 +1,9 @@
 """The server's work for one protected call on Postgres, against the floor's, from the
 server's own statistics: rows written per table, index entries written (each insert or
 non-HOT update writes one entry per index of its table), index scans (an index nobody scans
-is a cut candidate), the functions run and their time (``track_functions = all``), and WAL.
+is a cut candidate), the functions run and their time (``track_functions = all``), WAL, and
+CPU per call: the client's (``time.process_time``) and its server backend's (from ``/proc``,
+when the server runs on this machine), the figure issue 28's "CPU <= 3x the floor" is about.
 
 Run with ``make bench`` or ``python server_work.py [--calls N]`` from this directory; the
 server is ``$CTRLRUN_BENCH_POSTGRES_URL`` or a throwaway embedded cluster (as postgres_bench).
@@ -12,6 +14,7 @@ connection is closed before the read, so its counters are flushed.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -33,7 +36,26 @@ _FUNCTIONS = """SELECT funcname, calls, total_time, self_time
   FROM pg_stat_user_functions WHERE schemaname = %s"""
 _OTHERS = """SELECT count(*) FROM pg_stat_activity
   WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()"""
+_BACKENDS = """SELECT pid FROM pg_stat_activity
+  WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()"""
 _WAL = "SELECT pg_current_wal_insert_lsn() AS lsn, wal_records, wal_fpi FROM pg_stat_wal"
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def backend_cpu(url: str) -> dict[int, float] | None:
+    """CPU seconds used so far by each client backend but ours, from ``/proc``: None when the
+    server does not run on this machine (or this is not Linux)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        pids = [row[0] for row in conn.execute(_BACKENDS)]
+    try:
+        return {pid: _cpu_seconds(pid) for pid in pids}
+    except OSError:
+        return None
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICK  # utime + stime
 
 
 def snapshot(url: str, schema: str) -> dict[str, dict[str, Any]]:
@@ -154,11 +176,27 @@ def _one(url: str, schema: str, kind: str, calls: int) -> dict[str, float]:
         _quiet(url)
         before = snapshot(url, schema)
         call, close = _workload(url, schema, kind, workdir)
+        call(-100)  # connected: its backend is the one measured
+        server, client = backend_cpu(url), time.process_time()
         for i in range(calls):
             call(i)
+        client = time.process_time() - client
+        server_after = backend_cpu(url)
         close()
         _quiet(url)
-        return report(f"Postgres server work, {kind}", before, snapshot(url, schema), calls)
+        totals = report(f"Postgres server work, {kind}", before, snapshot(url, schema), calls)
+    totals["client_us"] = client / calls * 1e6
+    if server is not None and server_after is not None:
+        used = sum(server_after[pid] - server.get(pid, 0.0) for pid in server_after)
+        totals["server_us"] = used / calls * 1e6
+    _show_cpu(totals)
+    return totals
+
+
+def _show_cpu(totals: dict[str, float]) -> None:
+    server = totals.get("server_us")
+    shown = "not on this machine" if server is None else f"{server:.0f} µs (its backend)"
+    print(f"  CPU per call: client {totals['client_us']:.0f} µs, server {shown}")
 
 
 def main() -> int:
@@ -166,7 +204,14 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=2000)
     args = parser.parse_args()
     with pg_common.server() as url:
-        measure(url, args.calls)
+        out = measure(url, args.calls)
+    floor, ours = out["floor"], out["ctrlrun"]
+    if "server_us" in floor and "server_us" in ours:
+        total = {k: v["client_us"] + v["server_us"] for k, v in out.items()}
+        print(
+            f"CPU per call, client and server: ctrlrun {total['ctrlrun']:.0f} µs,"
+            f" floor {total['floor']:.0f} µs ({total['ctrlrun'] / total['floor']:.2f}x)"
+        )
     return 0
 
 

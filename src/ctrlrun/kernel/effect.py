@@ -207,7 +207,7 @@ def ambiguous_refusal(record: EffectRecord) -> AmbiguousEffect:
 def _grant(
     kind: PlanKind, key: str, action_id: str, attempt: int, expiry: datetime
 ) -> ReservationPlan:
-    return ReservationPlan(kind, reservation=Reservation(key, action_id, attempt, expiry))
+    return ReservationPlan(kind, Reservation(key, action_id, attempt, expiry))
 
 
 def _refuse(refusal: Refused) -> ReservationPlan:

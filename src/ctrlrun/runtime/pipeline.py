@@ -458,7 +458,7 @@ def finish_request(
     attempt = started.reservation.attempt if started.reservation is not None else None
     draft = outcome_draft(call, OUTCOME_RESULTS[outcome], error, now)
     data = attempt_data(attempt) if error is None else {"attempt": attempt, "error": error}
-    event = EventDraft(OUTCOME_EVENTS[outcome], call.action.action_id, call.effect_key, data=data)
+    event = EventDraft(OUTCOME_EVENTS[outcome], call.action.action_id, call.effect_key, None, data)
     return FinishRequest(
         action_id=call.action.action_id,
         receipt=draft,

@@ -131,7 +131,7 @@ def proposed(action: Action) -> EventDraft:
     if text.isascii() and "\x7f" not in text:
         hashed = string_text(action.action_hash)
         data = EncodedEventData(data, f'{{"action":{text},"action_hash":{hashed}}}')
-    return EventDraft(_PROPOSED, action.action_id, data=data)
+    return EventDraft(_PROPOSED, action.action_id, None, None, data)
 
 
 def decided(decision: str, reason: str, policy_hash: str, controls: tuple[str, ...]) -> Verdict:
@@ -145,7 +145,7 @@ def evaluated(action: Action, verdict: Verdict, effect_key: str | None) -> Event
     controls it was decided under."""
     key = (verdict.decision, verdict.reason, verdict.policy_hash, verdict.controls)
     data = _verdict_entry(key)[1]
-    return EventDraft(_EVALUATED, action.action_id, effect_key, data=data)
+    return EventDraft(_EVALUATED, action.action_id, effect_key, None, data)
 
 
 VerdictKey = tuple[str, str, str, tuple[str, ...]]

@@ -84,7 +84,8 @@ def start_action_in_txn(txn: Txn, request: StartRequest) -> Started:
                 _EFFECT_RESERVED,
                 request.action_id,
                 request.effect_key,
-                data={
+                None,
+                {
                     "attempt": attempt,
                     "lease_expires_at": iso_text(reservation.lease_expires_at),
                 },
@@ -96,7 +97,8 @@ def start_action_in_txn(txn: Txn, request: StartRequest) -> Started:
                 _EXECUTION_STARTED,
                 request.action_id,
                 request.effect_key,
-                data=attempt_data(attempt),
+                None,
+                attempt_data(attempt),
             )
         )
     append_events_in_txn(txn, (*request.events, *own))

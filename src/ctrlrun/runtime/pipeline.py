@@ -95,6 +95,11 @@ _DENY, _APPROVE = Decision.DENY, Decision.APPROVE
 _COMMITTED, _FAILED, _AMBIGUOUS = EffectState.COMMITTED, EffectState.FAILED, EffectState.AMBIGUOUS
 _TOLD_OF_AMBIGUOUS = NotifyKind.AMBIGUOUS
 
+# Exact types whose values are never awaitable: a sync call's usual results skip
+# ``inspect.isawaitable`` (an ABC check, ~2k instructions); a subclass may define
+# ``__await__``, so only these exact types.
+_NEVER_AWAITABLE: Final = frozenset({type(None), str, int, bool, float, bytes, dict, list, tuple})
+
 UNDECIDED: Final = Verdict("", "", "")
 """An ``InFlight``'s verdict until the policy has decided (never written anywhere)."""
 
@@ -400,7 +405,7 @@ def execute(call: InFlight, executor: Callable[..., Any]) -> tuple[Any, Receipt]
     except BaseException as exc:
         finish(call, EffectState.AMBIGUOUS, None, exc)
         raise
-    if inspect.isawaitable(value):
+    if type(value) not in _NEVER_AWAITABLE and inspect.isawaitable(value):
         refuse_awaitable(call, value)
     return value, finish(call, _COMMITTED, value, None)
 

@@ -177,8 +177,8 @@ def new_id(prefix: str) -> str:
 # Identifiers draw on the OS's CSPRNG (os.urandom) 4 KiB at a time instead of 16 bytes per
 # id: a protected call mints two ids, and a getrandom() system call each was ~5% of the
 # call. Each thread has its own pool, an iterator over the ids its bytes make (one attribute
-# read and one ``next`` an id: new_id 6.4k -> 4.3k instructions, 6 December 2026); a fork gives the
-# child new, empty pools, so a child never reuses its parent's bytes.
+# read and one ``next`` an id: new_id 6.4k -> 4.3k instructions, 6 December 2026); a fork
+# gives the child new, empty pools, so a child never reuses its parent's bytes.
 _POOL_BYTES: Final = 4096
 _pools = threading.local()
 

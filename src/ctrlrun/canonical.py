@@ -176,15 +176,16 @@ def new_id(prefix: str) -> str:
 
 # Identifiers draw on the OS's CSPRNG (os.urandom) 4 KiB at a time instead of 16 bytes per
 # id: a protected call mints two ids, and a getrandom() system call each was ~5% of the
-# call. Each thread has its own pool; a fork makes every pool of the parent stale (counted
-# in the child, like the stores' connections), so a child never reuses its parent's bytes.
+# call. Each thread has its own pool, an iterator over the ids its bytes make (one attribute
+# read and one ``next`` an id: new_id 6.4k -> 4.3k instructions, 6 December 2026); a fork
+# gives the child new, empty pools, so a child never reuses its parent's bytes.
 _POOL_BYTES: Final = 4096
 _pools = threading.local()
-_forks = [0]  # a cell, so the fork hook updates it in place
 
 
 def _forked() -> None:
-    _forks[0] += 1
+    global _pools  # noqa: PLW0603 - replaced whole in the child: every inherited pool dropped
+    _pools = threading.local()
 
 
 if hasattr(os, "register_at_fork"):  # pragma: no branch - every POSIX CPython has it
@@ -193,14 +194,13 @@ if hasattr(os, "register_at_fork"):  # pragma: no branch - every POSIX CPython h
 
 def random_hex32() -> str:
     """32 lowercase hex digits (128 bits) from the OS's CSPRNG, never handed out twice."""
-    pool = _pools
-    text: str | None = getattr(pool, "text", None)
-    start: int = getattr(pool, "next", 0)
-    if text is None or start >= len(text) or pool.forks != _forks[0]:
-        text, start = secrets.token_bytes(_POOL_BYTES).hex(), 0
-        pool.text, pool.forks = text, _forks[0]
-    pool.next = start + 32
-    return text[start : start + 32]
+    try:
+        return next(_pools.ids)  # type: ignore[no-any-return]
+    except (AttributeError, StopIteration):  # this thread's first id, or its pool is spent
+        text = secrets.token_bytes(_POOL_BYTES).hex()
+        ids = iter([text[start : start + 32] for start in range(0, len(text), 32)])
+        _pools.ids = ids
+        return next(ids)
 
 
 def derived_uuid(document: Any) -> str:

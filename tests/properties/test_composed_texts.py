@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from ctrlrun.canonical import canonical_text, sha256_hex
 from ctrlrun.errors import InvalidArgument
 from ctrlrun.kernel.action import Action, Principal
-from ctrlrun.kernel.evidence_text import attempt_data, event_data_json
+from ctrlrun.kernel.evidence_text import attempt_data, event_data_json, result_json
 from ctrlrun.kernel.receipt import ChainHead, ReceiptDraft, chain_receipt, draft_in_partition
 from ctrlrun.runtime.receipts import proposed
 
@@ -140,6 +140,13 @@ def test_an_attempt_s_shared_event_data_is_its_encoding(attempt):
     assert dict(data) == {"attempt": attempt}
     assert data.text == json.dumps({"attempt": attempt}, sort_keys=True, separators=(",", ":"))
     assert event_data_json(data) == data.text and attempt_data(attempt) is data  # encoded once
+
+
+@given(texts | values)
+def test_a_result_s_text_is_the_canonical_encoder_s(value):
+    # a str result takes a shortcut when it is ASCII; any other value the validating encoder
+    expected = None if value is None else canonical_text(value)
+    assert result_json(value) == expected
 
 
 def test_event_data_with_a_cycle_is_refused_as_the_full_encoder_refuses_it():

@@ -40,6 +40,8 @@ class EventType(StrEnum):
 # each field through object.__setattr__ (~130 ns a field on 3.11), and a protected call makes
 # five drafts, a plan and a reservation: 37k of ~950k instructions per call (5 December 2026).
 # Never assigned after construction: a step that needs another draft makes one (``replace``).
+# The protected call's five drafts are built positionally: a class called with a keyword gets
+# its arguments as a dict on 3.11 (~1k instructions a call, 6 December 2026).
 @dataclass(slots=True)
 class EventDraft:
     """An event to append; the store assigns its id and timestamp in the same transaction."""

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
-from ctrlrun.canonical import canonical_text
+from ctrlrun.canonical import canonical_text, string_text
 from ctrlrun.errors import InvalidArgument
 
 _EVENT_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=repr)
@@ -49,6 +49,8 @@ def result_json(value: Any) -> str | None:
     """An executor's return value as canonical JSON, or ``{"repr": …}`` if it has none."""
     if value is None:
         return None
+    if type(value) is str and value.isascii():  # its canonical text is its JSON string: no
+        return string_text(value)  # validating walk and UTF-8 round trip (~3k instructions)
     try:
         return canonical_text(value)
     except InvalidArgument:

@@ -216,3 +216,21 @@ def test_the_answer_writes_nothing_and_a_first_template_waits_for_a_reservation_
         assert conn.execute(counted).fetchone() == before
     start(store, "act_3", key="refund:y", action_name="pay.refund", effect_template="refund:{id}")
     assert [t.template for t in effect_templates(store, "pay.refund")] == ["refund:{id}"]
+
+
+def test_a_client_reading_only_the_time_never_takes_a_met_key_for_its_own(open_store, pg_schema):
+    """The reservation as a binary from before 0009 queries it (its stamped time alone, a CR001
+    expected for a key that exists): a key met answers no time — that binary fails on the
+    NULL instead of taking the key for its own — and its events are not written."""
+    store = open_store()
+    start(store)
+    events = "SELECT count(*) FROM events"
+    with pg_schema.connect() as conn:
+        before = conn.execute(events).fetchone()
+        row = conn.execute(
+            "SELECT r.stamped_at AS now FROM ctrlrun_reserve_templated(%s, 'executing',"
+            " 'act_old', 30000000, 'token', NULL, 'mark', 1, %s::jsonb, NULL, NULL) AS r",
+            [KEY, '[["effect.reserved", "act_old", null, null, "{}"]]'],
+        ).fetchone()
+        assert row == (None,)
+        assert conn.execute(events).fetchone() == before

@@ -401,7 +401,9 @@ BEGIN
     IF NOT FOUND THEN
         -- the record that is there, as committed, and the instant judged by: the caller
         -- refuses from it when its planner would, and decides anew otherwise. Never NULL
-        -- here (a record gone again is answered ''), so NULL means only "reserved".
+        -- here (a record gone again is answered ''), so NULL means only "reserved"; and no
+        -- time is stamped, so a client that reads stamped_at alone (one still running the
+        -- binary before 0009) fails on the NULL instead of taking the key for its own.
         met := COALESCE((SELECT pg_catalog.json_build_object(
             'state', f.state, 'action_id', f.action_id, 'attempt', f.attempt,
             'created_at', f.created_at AT TIME ZONE 'UTC',
@@ -411,6 +413,7 @@ BEGIN
             'committed_receipt_id', f.committed_receipt_id,
             'now', stamped_at AT TIME ZONE 'UTC')::text
                 FROM "{schema}".effects AS f WHERE f.effect_key = p_effect_key), '');
+        stamped_at := NULL;
         RETURN;
     END IF;
     expiry_text := to_char(expiry AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS')

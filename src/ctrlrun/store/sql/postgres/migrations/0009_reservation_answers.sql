@@ -2,11 +2,11 @@
 -- decision 0032). Since 0008 its CR001 carried that record as DETAIL, but an error leaves the
 -- explicit transaction of the folded message aborted, so the client spent one more round trip
 -- on ROLLBACK. Now both reservation functions return it in a new OUT column, `met` (the same
--- JSON, NULL when the reservation landed), having written nothing: the events go in only
--- after a reservation that landed, and the action's first effect-key template is recorded
--- only then too. The message's COMMIT then ends an empty transaction (no transaction id, no
--- WAL). A template that differs from the remembered one still raises CR001, before anything
--- is written.
+-- JSON; NULL when the reservation landed), with stamped_at NULL, having written nothing: the
+-- events go in only after a reservation that landed, and the action's first effect-key
+-- template is recorded only then too. The message's COMMIT then ends an empty transaction (no
+-- transaction id, no WAL). A template that differs from the remembered one still raises
+-- CR001, before anything is written.
 --
 -- The new OUT column changes the return types, so both functions are created anew. The old
 -- ctrlrun_reserve_templated is renamed first and dropped last, so the roles that could run it
@@ -47,7 +47,9 @@ BEGIN
     IF NOT FOUND THEN
         -- the record that is there, as committed, and the instant judged by: the caller
         -- refuses from it when its planner would, and decides anew otherwise. Never NULL
-        -- here (a record gone again is answered ''), so NULL means only "reserved".
+        -- here (a record gone again is answered ''), so NULL means only "reserved"; and no
+        -- time is stamped, so a client that reads stamped_at alone (one still running the
+        -- binary before 0009) fails on the NULL instead of taking the key for its own.
         met := COALESCE((SELECT pg_catalog.json_build_object(
             'state', f.state, 'action_id', f.action_id, 'attempt', f.attempt,
             'created_at', f.created_at AT TIME ZONE 'UTC',
@@ -57,6 +59,7 @@ BEGIN
             'committed_receipt_id', f.committed_receipt_id,
             'now', stamped_at AT TIME ZONE 'UTC')::text
                 FROM {schema}.effects AS f WHERE f.effect_key = p_effect_key), '');
+        stamped_at := NULL;
         RETURN;
     END IF;
     expiry_text := to_char(expiry AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS')

@@ -221,16 +221,21 @@ def test_the_answer_writes_nothing_and_a_first_template_waits_for_a_reservation_
 def test_a_client_reading_only_the_time_never_takes_a_met_key_for_its_own(open_store, pg_schema):
     """The reservation as a binary from before 0009 queries it (its stamped time alone, a CR001
     expected for a key that exists): a key met answers no time — that binary fails on the
-    NULL instead of taking the key for its own — and its events are not written."""
+    NULL instead of taking the key for its own — and writes nothing, not even the action's
+    first template: the transaction is given no id, so its COMMIT writes no WAL."""
     store = open_store()
     start(store)
-    events = "SELECT count(*) FROM events"
+    counted = "SELECT (SELECT count(*) FROM events), (SELECT count(*) FROM effect_templates)"
     with pg_schema.connect() as conn:
-        before = conn.execute(events).fetchone()
-        row = conn.execute(
-            "SELECT r.stamped_at AS now FROM ctrlrun_reserve_templated(%s, 'executing',"
-            " 'act_old', 30000000, 'token', NULL, 'mark', 1, %s::jsonb, NULL, NULL) AS r",
-            [KEY, '[["effect.reserved", "act_old", null, null, "{}"]]'],
-        ).fetchone()
-        assert row == (None,)
-        assert conn.execute(events).fetchone() == before
+        before = conn.execute(counted).fetchone()
+        with conn.transaction():
+            row = conn.execute(
+                "SELECT r.stamped_at AS now FROM ctrlrun_reserve_templated(%s, 'executing',"
+                " 'act_old', 30000000, 'token', NULL, 'mark', 1, %s::jsonb, 'pay.refund',"
+                " 'refund:{id}') AS r",
+                [KEY, '[["effect.reserved", "act_old", null, null, "{}"]]'],
+            ).fetchone()
+            assert row == (None,)
+            xid = conn.execute("SELECT pg_current_xact_id_if_assigned()").fetchone()
+            assert xid == (None,)
+        assert conn.execute(counted).fetchone() == before

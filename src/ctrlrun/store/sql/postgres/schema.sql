@@ -377,11 +377,12 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION {schema}.ctrlrun_reserve_effect(p_effect_key text, p_state text, p_action_id text, p_lease_us bigint, p_write_token text, p_now timestamp with time zone, p_lease_mark text, p_mark_row integer, p_events jsonb, OUT stamped_at timestamp with time zone, OUT met text) RETURNS record
+CREATE FUNCTION {schema}.ctrlrun_reserve_effect(p_effect_key text, p_state text, p_action_id text, p_lease_us bigint, p_write_token text, p_now timestamp with time zone, p_lease_mark text, p_mark_row integer, p_events jsonb, OUT met text) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO '{schema}', 'pg_temp'
     AS $$
 DECLARE
+    stamped_at timestamptz;
     expiry timestamptz;
     expiry_text text;
 BEGIN
@@ -401,9 +402,7 @@ BEGIN
     IF NOT FOUND THEN
         -- the record that is there, as committed, and the instant judged by: the caller
         -- refuses from it when its planner would, and decides anew otherwise. Never NULL
-        -- here (a record gone again is answered ''), so NULL means only "reserved"; and no
-        -- time is stamped, so a client that reads stamped_at alone (one still running the
-        -- binary before 0009) fails on the NULL instead of taking the key for its own.
+        -- here (a record gone again is answered ''), so NULL means only "reserved".
         met := COALESCE((SELECT pg_catalog.json_build_object(
             'state', f.state, 'action_id', f.action_id, 'attempt', f.attempt,
             'created_at', f.created_at AT TIME ZONE 'UTC',
@@ -413,7 +412,6 @@ BEGIN
             'committed_receipt_id', f.committed_receipt_id,
             'now', stamped_at AT TIME ZONE 'UTC')::text
                 FROM "{schema}".effects AS f WHERE f.effect_key = p_effect_key), '');
-        stamped_at := NULL;
         RETURN;
     END IF;
     expiry_text := to_char(expiry AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS')
@@ -435,7 +433,6 @@ CREATE FUNCTION {schema}.ctrlrun_reserve_templated(p_effect_key text, p_state te
     AS $$
 DECLARE
     known text;
-    reserved record;
 BEGIN
     IF p_template IS NOT NULL THEN
         known := (SELECT t.template FROM "{schema}".effect_templates AS t
@@ -445,15 +442,12 @@ BEGIN
                 USING ERRCODE = 'CR001';
         END IF;
     END IF;
-    FOR reserved IN
-        SELECT r.stamped_at, r.met FROM "{schema}".ctrlrun_reserve_effect(
-            p_effect_key, p_state, p_action_id, p_lease_us, p_write_token, p_now,
-            p_lease_mark, p_mark_row, p_events
-        ) AS r
-    LOOP
-        stamped_at := reserved.stamped_at;
-        met := reserved.met;
-    END LOOP;
+    met := "{schema}".ctrlrun_reserve_effect(
+        p_effect_key, p_state, p_action_id, p_lease_us, p_write_token, p_now, p_lease_mark,
+        p_mark_row, p_events
+    );
+    -- the instant ctrlrun_reserve_effect stamped: now() is the transaction's start
+    stamped_at := CASE WHEN met IS NULL THEN COALESCE(p_now, pg_catalog.now()) END;
     IF met IS NULL AND p_template IS NOT NULL AND known IS NULL THEN
         INSERT INTO "{schema}".effect_templates (action, template, recorded_at, accepted_by)
         VALUES (p_action, p_template, stamped_at, NULL)

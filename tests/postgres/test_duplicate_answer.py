@@ -8,17 +8,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ctrlrun.errors import AlreadyCommitted, AmbiguousEffect, InProgress, Refused
+from ctrlrun import Action, Control, Principal
+from ctrlrun.config import load_policy_text
+from ctrlrun.errors import AlreadyCommitted, AmbiguousEffect, DuplicateEffect, InProgress, Refused
 from ctrlrun.kernel.effect import EffectState
 from ctrlrun.store.ops.actions import start_action_in_txn
 from ctrlrun.store.postgres import folded
 from ctrlrun.store.postgres import store as store_module
 from ctrlrun.store.protocol import StartRequest
+from ctrlrun.store.templates import effect_templates
 from ctrlrun.testing import ManualClock
+from support.policies import POLICY
 from support.store_calls import KEY, finish, start
 
 pytestmark = pytest.mark.postgres
@@ -144,3 +149,93 @@ def test_a_template_that_differs_goes_to_the_shared_path(open_store, shared_path
 )
 def test_a_detail_that_cannot_be_read_sends_the_start_to_the_shared_path(detail):
     assert folded.refusal_met(detail, StartRequest("act_2", KEY)) is None
+
+
+# --- a loser in two round trips (decision 0032) ------------------------------------------
+
+
+def _traced(store: Any, tmp_path: Path, call: Callable[[], Any]) -> list[str]:
+    """The libpq protocol trace of ``call`` on the store's connection (which it must keep)."""
+    conn = store._engine.connections.current()
+    trace = tmp_path / "trace"
+    with trace.open("w") as out:
+        conn.pgconn.trace(out.fileno())
+        try:
+            call()
+        finally:
+            conn.pgconn.untrace()
+    assert store._engine.connections.current() is conn  # no other connection was used
+    return trace.read_text().splitlines()
+
+
+def test_a_losing_call_costs_two_round_trips_and_sends_no_rollback(open_store, tmp_path):
+    """The reservation that meets the key (its message commits an empty transaction) and the
+    refusal's receipt: counted on the wire, one ReadyForQuery per round trip."""
+    store = open_store()
+    control = Control(load_policy_text(POLICY), store)
+
+    def refund(n: int) -> Action:
+        return Action("stripe.refund", {"payment_id": f"pay_{n}", "amount": 1}, Principal("b"))
+
+    for n in (1, 2):
+        control.execute(refund(n), lambda **_: "ok")
+    with pytest.raises(DuplicateEffect):  # warm: connected, the refusal's path taken once
+        control.execute(refund(1), lambda **_: "again")
+    before = store.write_transactions
+
+    def lose() -> None:
+        with pytest.raises(DuplicateEffect):
+            control.execute(refund(2), lambda **_: "again")
+
+    lines = _traced(store, tmp_path, lose)
+    answered = [line for line in lines if "\tB\t" in line and "\tReadyForQuery" in line]
+    sent = [line for line in lines if "\tF\t" in line and "\tQuery\t" in line]
+    committed = [line for line in lines if "\tB\t" in line and '"COMMIT"' in line]
+    assert len(answered) == 2 and len(sent) == 2 and len(committed) == 2, lines
+    whole = "\n".join(lines)
+    assert whole.count("ctrlrun_reserve_templated(") == 1 and "ROLLBACK" not in whole
+    assert store.write_transactions - before == 1  # the refusal's receipt; the empty one is not
+
+
+def test_the_answer_writes_nothing_and_a_first_template_waits_for_a_reservation_that_lands(
+    open_store, pg_schema
+):
+    """A key met under an action whose template was never recorded: the loser records no
+    template and no event (its COMMIT ends an empty transaction); the next reservation that
+    lands records it."""
+    store = open_store()
+    start(store, action_name="pay.refund_old")  # the key, under another action's name
+    counted = "SELECT (SELECT count(*) FROM events), (SELECT count(*) FROM effect_templates)"
+    with pg_schema.connect() as conn:
+        before = conn.execute(counted).fetchone()
+    refusal = refused(
+        lambda: start(store, "act_2", action_name="pay.refund", effect_template="refund:{id}")
+    )
+    assert isinstance(refusal, InProgress)
+    with pg_schema.connect() as conn:
+        assert conn.execute(counted).fetchone() == before
+    start(store, "act_3", key="refund:y", action_name="pay.refund", effect_template="refund:{id}")
+    assert [t.template for t in effect_templates(store, "pay.refund")] == ["refund:{id}"]
+
+
+def test_a_client_reading_only_the_time_never_takes_a_met_key_for_its_own(open_store, pg_schema):
+    """The reservation as a binary from before 0009 queries it (its stamped time alone, a CR001
+    expected for a key that exists): a key met answers no time — that binary fails on the
+    NULL instead of taking the key for its own — and writes nothing, not even the action's
+    first template: the transaction is given no id, so its COMMIT writes no WAL."""
+    store = open_store()
+    start(store)
+    counted = "SELECT (SELECT count(*) FROM events), (SELECT count(*) FROM effect_templates)"
+    with pg_schema.connect() as conn:
+        before = conn.execute(counted).fetchone()
+        with conn.transaction():
+            row = conn.execute(
+                "SELECT r.stamped_at AS now FROM ctrlrun_reserve_templated(%s, 'executing',"
+                " 'act_old', 30000000, 'token', NULL, 'mark', 1, %s::jsonb, 'pay.refund',"
+                " 'refund:{id}') AS r",
+                [KEY, '[["effect.reserved", "act_old", null, null, "{}"]]'],
+            ).fetchone()
+            assert row == (None,)
+            xid = conn.execute("SELECT pg_current_xact_id_if_assigned()").fetchone()
+            assert xid == (None,)
+        assert conn.execute(counted).fetchone() == before

@@ -18,6 +18,7 @@ from ctrlrun import Action, Control, Principal
 from ctrlrun._time import utc_now
 from ctrlrun.config import load_policy_text
 from ctrlrun.errors import (
+    AlreadyCommitted,
     AmbiguityReason,
     AmbiguousEffect,
     AmbiguousWrite,
@@ -254,14 +255,15 @@ class TestTransitions:
     def test_a_folded_start_whose_refusal_was_lost_asks_the_planner_again(
         self, proxied, pg_proxy, branches
     ):
-        """The folded insert met the FAILED record (CR001) and the answer was lost: the re-read
-        finds a record that is not ours and holds no live attempt, so the planner decides in a
-        new transaction — a renewal (decision 0006)."""
+        """The folded insert met the FAILED record (answered with it, nothing written: its
+        COMMIT ended an empty transaction) and the answer was lost: the re-read finds a record
+        that is not ours and holds no live attempt, so the planner decides in a new
+        transaction — a renewal (decisions 0006, 0032)."""
         start(proxied)
         finish(proxied, outcome=EffectState.FAILED)
         pg_proxy.cut_after_commit()
         assert start(proxied, "act_2").reservation.attempt == 2
-        assert (pg_proxy.cuts_after_commit, pg_proxy.last_cut_reply) == (1, "ERROR CR001")
+        assert (pg_proxy.cuts_after_commit, pg_proxy.last_cut_reply) == (1, "COMMIT")
         assert branches() == [("A1_REFUSE", KEY)]
         record = proxied.get_effect(KEY)
         assert (record.state, record.action_id, record.attempt) == (
@@ -269,6 +271,24 @@ class TestTransitions:
             "act_2",
             2,
         )
+
+    @pytest.mark.parametrize("cut", ["before", "after"])
+    def test_a_loser_whose_answer_was_lost_is_refused_from_the_re_read(
+        self, proxied, direct, pg_proxy, branches, cut
+    ):
+        """A key committed by another call: whether the loser's message never reached the
+        server or its answer (the record met, an empty COMMIT) was lost, the re-read finds a
+        record without this transaction's token, so nothing of ours landed, and the planner
+        refuses from it — naming the receipt that committed it."""
+        start(direct)
+        finish(direct, result={"ok": 1})
+        getattr(pg_proxy, f"cut_{cut}_commit")()
+        with pytest.raises(AlreadyCommitted) as caught:
+            start(proxied, "act_2")
+        assert caught.value.receipt_id == "rcp_act_1_1" and caught.value.result == {"ok": 1}
+        assert branches() == [("A1_REFUSE", KEY)]
+        record = direct.get_effect(KEY)
+        assert (record.action_id, record.attempt) == ("act_1", 1)
 
     def test_a_mover_in_the_window_is_refused(
         self, proxied, pg_proxy, branches, open_store, pg_schema
@@ -474,13 +494,14 @@ class TestKeptWrites:
     def test_a_folded_start_on_a_lapsed_lease_whose_answer_was_lost_refuses(
         self, lapsed, pg_proxy, branches, direct
     ):
-        """The folded insert met the lapsed record (CR001) and its answer was lost: the
-        re-read hands the record to the planner, which refuses AMBIGUOUS; the next start
-        writes the lapsed record AMBIGUOUS (the kept write) and refuses the same way."""
+        """The folded insert met the lapsed record (answered with it, nothing written) and
+        its answer was lost: the re-read hands the record to the planner, which refuses
+        AMBIGUOUS; the next start writes the lapsed record AMBIGUOUS (the kept write) and
+        refuses the same way."""
         pg_proxy.cut_after_commit()
         with pytest.raises(AmbiguousEffect):
             start(lapsed, "act_late")
-        assert pg_proxy.last_cut_reply == "ERROR CR001"
+        assert pg_proxy.last_cut_reply == "COMMIT"
         assert branches() == [("A1_REFUSE", KEY)]
         with pytest.raises(AmbiguousEffect):
             start(lapsed, "act_later")

@@ -22,6 +22,10 @@ The rows (seed 000), which must never be merged:
 A refusal raised as ``KeptRefusal`` commits what the transaction wrote, then raises the refusal
 (the expired lease written AMBIGUOUS, the expired approval written EXPIRED).
 
+A folded reservation that met its key wrote nothing and answered with the record it met
+(``PgTxn.met``): its COMMIT ended an empty transaction, which is not counted, and the engine
+raises ``GuardMissed`` with that record, as for a CR001 but without the ``ROLLBACK``.
+
 Every branch a re-read takes is logged at INFO on the ``ctrlrun.postgres`` logger by name
 (``A1_OURS``, ``A1_REINSERT``, ``A1_REFUSE``, ``A2_LANDED``, ``A2_REISSUE``, ``A2_REFUSE``),
 with ``branch``, ``effect_key``, ``operation`` and ``witness`` in the record's ``extra``. No
@@ -288,6 +292,16 @@ class Engine:
             raise WriteFailed(
                 f"{self.where}: {operation}: the server rolled the transaction back ({tag})",
                 operation=operation,
+            )
+        met = txn.met()
+        if met is not None:  # it wrote nothing and said why: nothing to doubt, no ROLLBACK
+            if doubt:
+                self.connections.discard(conn)
+            raise GuardMissed(
+                f"{self.where}: {operation}: nothing was committed: a folded conditional write"
+                " met a record",
+                operation=operation,
+                detail=met,
             )
         if doubt:  # committed here, durability unconfirmed: as unknown as a lost answer
             self.connections.discard(conn)

@@ -7,10 +7,13 @@ The common case of each transaction is written here; everything else goes to the
 * ``start``: the action's effect-key template checked (or recorded), the reservation of an
   absent key (a guarded ``INSERT … ON CONFLICT DO NOTHING``, stamped with the server's time)
   and the events, one call to ``ctrlrun_reserve_templated``, with ``BEGIN``
-  and ``COMMIT`` in one message. A key that exists, or a template that differs, raises CR001
-  and nothing commits: the store then runs ``start_action_in_txn``, which reads the
-  record and plans, in a new transaction. A start with an approval takes that shared path
-  directly (the approval is read and checked first).
+  and ``COMMIT`` in one message. A key that exists is answered with the record the function
+  met, nothing written (the COMMIT ends an empty transaction; the engine raises
+  ``GuardMissed`` with it); a template that differs raises CR001 and nothing commits. The
+  store refuses from the record met when the planner refuses outright (``refusal_met``), and
+  otherwise runs ``start_action_in_txn``, which reads the record and plans, in a new
+  transaction. A start with an approval takes that shared path directly (the approval is
+  read and checked first).
 * ``finish``: the outcome (a guarded ``effect_move``), the events, the head lock, the receipt
   linked and hashed on the server and the head's advance, one call to ``ctrlrun_finish_effect``
   in one message, so the chain's head row is locked only while the server runs the tail of
@@ -106,7 +109,7 @@ def start_effect(txn: PgTxn, request: StartRequest) -> PendingStart:
 
 def refusal_met(detail: str | None, request: StartRequest) -> Refused | None:
     """The refusal of a folded reservation whose key exists, from the record the function met
-    (its CR001's DETAIL: the row as committed and the instant it judged by), when the planner
+    (its answer, ``met``: the row as committed and the instant it judged by), when the planner
     refuses and writes nothing; None sends the start to the shared path, which reads and
     plans anew (a lapsed lease to write AMBIGUOUS, a failed attempt to renew, no detail).
     One transaction for a duplicate instead of two."""

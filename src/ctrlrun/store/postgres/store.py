@@ -203,10 +203,10 @@ class PostgresStateStore(SQLStore):
 
     def start_action(self, request: StartRequest) -> Started:
         """See ``StateStore.start_action``. Overrides the shared path on the hot path: folded
-        into the COMMIT's message when the key is absent; a key that exists (``GuardMissed``,
-        nothing committed) is refused from the record the server met when the planner refuses
-        it outright, and otherwise goes to the shared ``start_action_in_txn``, which reads the
-        record and asks the planner."""
+        into the COMMIT's message when the key is absent; a key that exists (``GuardMissed``:
+        the reservation answered with the record it met and wrote nothing) is refused from
+        that record when the planner refuses it outright, and otherwise goes to the shared
+        ``start_action_in_txn``, which reads the record and asks the planner."""
         lapsed: list[bool] = []
 
         def run(fold: bool) -> Started | folded.PendingStart:
@@ -223,7 +223,7 @@ class PostgresStateStore(SQLStore):
             try:  # a budgeted call's charge goes with the shared path (decision 0028)
                 started = run(fold=request.budget is None)
             except GuardMissed as missed:
-                # a duplicate in 3 round trips instead of 9 (decision 0031, performance.md)
+                # a duplicate in 2 round trips instead of 9 (decisions 0031, 0032; performance.md)
                 refusal = folded.refusal_met(missed.detail, request)
                 if refusal is not None:
                     raise refusal from None

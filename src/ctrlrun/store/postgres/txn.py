@@ -17,7 +17,8 @@
   transaction's time on the server (``now_param`` is None) unless the store was given a
   clock; ``fold_later`` queues one statement that makes one or more witnessed writes (a
   call to one of the schema's functions) and keeps its rows, read when it is sent
-  (``returned``).
+  (``returned``). A reservation that meets its key answers with the record instead of
+  writing (``met``).
 * Queued statements are bound on the client — each ``%(name)s`` replaced by the SQL literal
   psycopg writes for its value (``Transformer.as_literal``, what ``ClientCursor.mogrify`` does,
   without a cursor and a query parse per statement) — and go out as one simple-query message
@@ -196,6 +197,15 @@ class PgTxn:
             )
         self._wanted[len(self._pending)] = keep_as
         self._pending.append(self._bind(query, bound))
+
+    def met(self) -> str | None:
+        """What a folded guarded write met instead of writing, as its statement answered
+        (the ``met`` column: the record as JSON, or '' when it was gone again), or None when
+        none did. Such a write wrote nothing, so its COMMIT ended an empty transaction."""
+        for rows in self.returned.values():
+            if rows and rows[0].get("met") is not None:
+                return str(rows[0]["met"])
+        return None
 
     def fix_now(self, value: Any) -> datetime:
         """Adopt the server's reading of the transaction's time (a folded statement's)."""

@@ -62,9 +62,10 @@ GUARD_SQLSTATE: Final = "CR001"
 
 
 class GuardMissed(WriteFailed):
-    """A folded conditional write matched no row (``CR001``): nothing committed, and the store
-    decides again on the shared path in a new transaction. The Postgres store's own signal,
-    caught where it folds; were one ever to escape, it is still a ``WriteFailed``."""
+    """A folded conditional write matched no row (``CR001``, or a reservation's answer with
+    the record it met): nothing committed, and the store refuses from that record or decides
+    again on the shared path in a new transaction. The Postgres store's own signal, caught
+    where it folds; were one ever to escape, it is still a ``WriteFailed``."""
 
     def __init__(self, message: str, *, operation: str = "", detail: str | None = None) -> None:
         super().__init__(message, sqlstate=GUARD_SQLSTATE, operation=operation)

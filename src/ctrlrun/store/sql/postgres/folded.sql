@@ -15,10 +15,12 @@ SET LOCAL search_path TO {schema};
 -- The reservation of an absent key and the transaction's events, by ctrlrun_reserve_templated:
 -- the action's remembered effect-key template checked (or recorded, the first time) first,
 -- then attempt 1 stamped with the transaction's time and lease (whole microseconds, so the
--- client's sum is the same instant), guarded: a key that exists, or a
--- template that differs, raises CR001 and nothing commits. The unique key decides the one
--- winner. Returns the transaction's time. The events are one jsonb array (folded.events_json).
-SELECT r.stamped_at AS now
+-- client's sum is the same instant), guarded: a key that exists is answered with the record
+-- met (met: JSON, NULL when reserved) and nothing written, so the COMMIT ends an empty
+-- transaction; a template that differs raises CR001 and nothing commits. The unique key
+-- decides the one winner. Returns the transaction's time. The events are one jsonb array
+-- (folded.events_json).
+SELECT r.stamped_at AS now, r.met
 FROM {schema}.ctrlrun_reserve_templated(
     %(effect_key)s, %(state)s, %(action_id)s, %(lease_us)s, %(write_token)s,
     %(now)s::timestamptz, %(lease_mark)s, %(mark_row)s, %(events)s::jsonb,

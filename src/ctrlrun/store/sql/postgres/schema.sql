@@ -377,14 +377,14 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION {schema}.ctrlrun_reserve_effect(p_effect_key text, p_state text, p_action_id text, p_lease_us bigint, p_write_token text, p_now timestamp with time zone, p_lease_mark text, p_mark_row integer, p_events jsonb, OUT stamped_at timestamp with time zone) RETURNS timestamp with time zone
+CREATE FUNCTION {schema}.ctrlrun_reserve_effect(p_effect_key text, p_state text, p_action_id text, p_lease_us bigint, p_write_token text, p_now timestamp with time zone, p_lease_mark text, p_mark_row integer, p_events jsonb, OUT met text) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO '{schema}', 'pg_temp'
     AS $$
 DECLARE
+    stamped_at timestamptz;
     expiry timestamptz;
     expiry_text text;
-    met text;
 BEGIN
     IF p_state IS NULL OR p_state NOT IN ('reserved', 'executing') OR p_lease_us IS NULL
        OR p_lease_us <= 0 THEN
@@ -400,9 +400,10 @@ BEGIN
             p_write_token)
     ON CONFLICT (effect_key) DO NOTHING;
     IF NOT FOUND THEN
-        -- the record that is there, as committed: the caller refuses from it when its
-        -- planner would (no second transaction); anything else it decides anew
-        met := (SELECT pg_catalog.json_build_object(
+        -- the record that is there, as committed, and the instant judged by: the caller
+        -- refuses from it when its planner would, and decides anew otherwise. Never NULL
+        -- here (a record gone again is answered ''), so NULL means only "reserved".
+        met := COALESCE((SELECT pg_catalog.json_build_object(
             'state', f.state, 'action_id', f.action_id, 'attempt', f.attempt,
             'created_at', f.created_at AT TIME ZONE 'UTC',
             'updated_at', f.updated_at AT TIME ZONE 'UTC',
@@ -410,9 +411,8 @@ BEGIN
             'result_json', f.result_json, 'error', f.error, 'resolved_by', f.resolved_by,
             'committed_receipt_id', f.committed_receipt_id,
             'now', stamped_at AT TIME ZONE 'UTC')::text
-                FROM "{schema}".effects AS f WHERE f.effect_key = p_effect_key);
-        RAISE EXCEPTION 'ctrlrun: a folded conditional write matched no row'
-            USING ERRCODE = 'CR001', DETAIL = COALESCE(met, '');
+                FROM "{schema}".effects AS f WHERE f.effect_key = p_effect_key), '');
+        RETURN;
     END IF;
     expiry_text := to_char(expiry AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS')
         || CASE WHEN date_part('microseconds', expiry)::bigint % 1000000 = 0 THEN ''
@@ -427,7 +427,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION {schema}.ctrlrun_reserve_templated(p_effect_key text, p_state text, p_action_id text, p_lease_us bigint, p_write_token text, p_now timestamp with time zone, p_lease_mark text, p_mark_row integer, p_events jsonb, p_action text, p_template text, OUT stamped_at timestamp with time zone) RETURNS timestamp with time zone
+CREATE FUNCTION {schema}.ctrlrun_reserve_templated(p_effect_key text, p_state text, p_action_id text, p_lease_us bigint, p_write_token text, p_now timestamp with time zone, p_lease_mark text, p_mark_row integer, p_events jsonb, p_action text, p_template text, OUT stamped_at timestamp with time zone, OUT met text) RETURNS record
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO '{schema}', 'pg_temp'
     AS $$
@@ -437,23 +437,26 @@ BEGIN
     IF p_template IS NOT NULL THEN
         known := (SELECT t.template FROM "{schema}".effect_templates AS t
                   WHERE t.action = p_action);
-        IF known IS NULL THEN
-            INSERT INTO "{schema}".effect_templates (action, template, recorded_at, accepted_by)
-            VALUES (p_action, p_template, COALESCE(p_now, pg_catalog.now()), NULL)
-            ON CONFLICT (action) DO NOTHING;
-            IF NOT FOUND THEN
-                RAISE EXCEPTION 'ctrlrun: a folded conditional write matched no row'
-                    USING ERRCODE = 'CR001';
-            END IF;
-        ELSIF known <> p_template THEN
+        IF known <> p_template THEN
             RAISE EXCEPTION 'ctrlrun: a folded conditional write matched no row'
                 USING ERRCODE = 'CR001';
         END IF;
     END IF;
-    stamped_at := "{schema}".ctrlrun_reserve_effect(
+    met := "{schema}".ctrlrun_reserve_effect(
         p_effect_key, p_state, p_action_id, p_lease_us, p_write_token, p_now, p_lease_mark,
         p_mark_row, p_events
     );
+    -- the instant ctrlrun_reserve_effect stamped: now() is the transaction's start
+    stamped_at := CASE WHEN met IS NULL THEN COALESCE(p_now, pg_catalog.now()) END;
+    IF met IS NULL AND p_template IS NOT NULL AND known IS NULL THEN
+        INSERT INTO "{schema}".effect_templates (action, template, recorded_at, accepted_by)
+        VALUES (p_action, p_template, stamped_at, NULL)
+        ON CONFLICT (action) DO NOTHING;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'ctrlrun: a folded conditional write matched no row'
+                USING ERRCODE = 'CR001';
+        END IF;
+    END IF;
 END
 $$;
 

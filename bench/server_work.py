@@ -176,19 +176,20 @@ def _one(url: str, schema: str, kind: str, calls: int) -> dict[str, float]:
         _quiet(url)
         before = snapshot(url, schema)
         call, close = _workload(url, schema, kind, workdir)
-        call(-100)  # connected: its backend is the one measured
+        call(0)  # connected: its backend is the one measured, over the other calls
         server, client = backend_cpu(url), time.process_time()
-        for i in range(calls):
+        for i in range(1, calls):
             call(i)
         client = time.process_time() - client
         server_after = backend_cpu(url)
         close()
         _quiet(url)
         totals = report(f"Postgres server work, {kind}", before, snapshot(url, schema), calls)
-    totals["client_us"] = client / calls * 1e6
+    timed = max(calls - 1, 1)
+    totals["client_us"] = client / timed * 1e6
     if server is not None and server_after is not None:
         used = sum(server_after[pid] - server.get(pid, 0.0) for pid in server_after)
-        totals["server_us"] = used / calls * 1e6
+        totals["server_us"] = used / timed * 1e6
     _show_cpu(totals)
     return totals
 

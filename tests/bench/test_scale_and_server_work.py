@@ -60,3 +60,7 @@ def test_server_work_counts_the_rows_a_protected_call_writes(pg_server) -> None:
     assert "total rows 2.00" in floor
     assert "table receipts" in ours and "function ctrlrun_reserve_effect" in ours
     assert re.search(r"total rows \d+\.\d\d  index entries \d+\.\d\d  WAL \d+ B", ours)
+    # CPU per call: the client's, and the server backend's when it runs here (it does)
+    for part in (floor, ours):
+        assert re.search(r"CPU per call: client \d+ µs, server \d+ µs \(its backend\)", part)
+    assert re.search(r"CPU per call, client and server: ctrlrun \d+ µs, floor \d+ µs", out)

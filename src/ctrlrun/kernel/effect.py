@@ -111,8 +111,8 @@ class ReservationPlan:
     renews_action_id: str | None = None  # and the action that attempt belonged to
 
 
-# Read once: on Python 3.11 each ``EnumClass.MEMBER`` read passes through
-# ``EnumType.__getattr__``'s slot (~850 instructions), and every reservation plans an insert.
+# Read once, not per call: an ``EnumClass.MEMBER`` read costs ~850 instructions on 3.11
+# (docs/performance.md, "Less Python per call, third pass").
 _INSERT: Final = PlanKind.INSERT
 
 LEASE_EXPIRED_ERROR: Final = (

@@ -14,9 +14,8 @@ from ctrlrun.kernel.event import EventDraft, EventType
 from ctrlrun.kernel.evidence_text import EncodedEventData, event_data_json, safe_text
 from ctrlrun.kernel.receipt import RECEIPT_SCHEMA, ReceiptDraft, ReceiptResult
 
-# Enum members compared or written on every call, read once: on Python 3.11 each
-# ``EnumClass.MEMBER`` read passes through ``EnumType.__getattr__``'s slot, ~850
-# instructions (callgrind, 6 December 2026).
+# Read once, not per call: an ``EnumClass.MEMBER`` read costs ~850 instructions on 3.11
+# (docs/performance.md, "Less Python per call, third pass").
 _PROPOSED, _EVALUATED = EventType.ACTION_PROPOSED, EventType.POLICY_EVALUATED
 
 

@@ -19,9 +19,8 @@ from ctrlrun.store.ops.notices import enqueue_notices_in_txn
 from ctrlrun.store.ops.templates import check_key_template_in_txn
 from ctrlrun.store.protocol import FinishRequest, Started, StartRequest
 
-# Enum members compared or written on every call, read once: on Python 3.11 each
-# ``EnumClass.MEMBER`` read passes through ``EnumType.__getattr__``'s slot, ~850
-# instructions (callgrind, 6 December 2026).
+# Read once, not per call: an ``EnumClass.MEMBER`` read costs ~850 instructions on 3.11
+# (docs/performance.md, "Less Python per call, third pass").
 _EXECUTING, _RESERVED = EffectState.EXECUTING, EffectState.RESERVED
 _EFFECT_RESERVED, _EXECUTION_STARTED = EventType.EFFECT_RESERVED, EventType.EXECUTION_STARTED
 

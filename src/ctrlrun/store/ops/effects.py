@@ -28,9 +28,8 @@ from ctrlrun.store.ops.budgets import give_back_in_txn
 from ctrlrun.store.ops.evidence import append_events_in_txn
 from ctrlrun.store.ops.notices import enqueue_notices_in_txn
 
-# Enum members compared or written on every call, read once: on Python 3.11 each
-# ``EnumClass.MEMBER`` read passes through ``EnumType.__getattr__``'s slot, ~850
-# instructions (callgrind, 6 December 2026).
+# Read once, not per call: an ``EnumClass.MEMBER`` read costs ~850 instructions on 3.11
+# (docs/performance.md, "Less Python per call, third pass").
 _INSERT, _RENEW = PlanKind.INSERT, PlanKind.RENEW
 _EXECUTING, _COMMITTED = EffectState.EXECUTING, EffectState.COMMITTED
 
